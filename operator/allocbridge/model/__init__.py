@@ -1,0 +1,1 @@
+"""Pure data: wire models, custom-resource models and mapping functions. No I/O here."""
