@@ -12,14 +12,14 @@ import re
 _UNITS = {
     "ns": 1e-9,
     "us": 1e-6,
-    "µs": 1e-6,  # noqa: RUF001 - Go accepts both the micro sign and the Greek mu
-    "μs": 1e-6,  # noqa: RUF001
+    "µs": 1e-6,  # Go accepts the micro sign and the Greek mu
+    "μs": 1e-6,
     "ms": 1e-3,
     "s": 1.0,
     "m": 60.0,
     "h": 3600.0,
 }
-_PART = re.compile(r"(\d+(?:\.\d*)?|\.\d+)(ns|us|µs|μs|ms|s|m|h)")  # noqa: RUF001
+_PART = re.compile(r"(\d+(?:\.\d*)?|\.\d+)(ns|us|µs|μs|ms|s|m|h)")
 
 
 class DurationError(ValueError):

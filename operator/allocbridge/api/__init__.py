@@ -1,0 +1,1 @@
+"""The Nomad-compatible `/v1` HTTP API."""

@@ -1,0 +1,179 @@
+"""Wiring of one replica: start-up order and graceful shutdown.
+
+Start: ops listener, API listener, then the upstream monitor and, once Kubernetes answers, the
+Kopf operator on its own thread. Stop, on the first SIGTERM or SIGINT: `/health` turns 503 at
+once and the API keeps serving for `graceful_shutdown_wait_duration` (a second signal cuts the
+wait short); then the API listener stops accepting and in-flight requests get a bounded time to
+finish; then Kopf stops; the ops listener closes last. A third signal exits at once.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import os
+import signal
+import ssl
+from dataclasses import dataclass, field
+
+from aiohttp import web
+
+from allocbridge.api.server import create_app as create_api_app
+from allocbridge.cluster.connection import Credentials
+from allocbridge.cluster.upstream import UpstreamMonitor
+from allocbridge.config import ListenerSettings, Settings
+from allocbridge.lifecycle import Lifecycle, Next, Phase
+from allocbridge.ops.server import create_app as create_ops_app
+from allocbridge.reconcile.runner import OperatorThread
+from allocbridge.telemetry import Metrics
+
+log = logging.getLogger(__name__)
+
+IN_FLIGHT_TIMEOUT = 10.0  # seconds in-flight API requests get once the listener stops accepting
+OPERATOR_RESTART_DELAY = 5.0
+
+
+@dataclass
+class Replica:
+    """One allocbridge process: its listeners, its operator thread and its shutdown choreography."""
+
+    settings: Settings
+    metrics: Metrics = field(default_factory=Metrics)
+    lifecycle: Lifecycle = field(init=False)
+    _signalled: asyncio.Event = field(default_factory=asyncio.Event, init=False)
+    _stop_now: asyncio.Event = field(default_factory=asyncio.Event, init=False)
+    _operator: OperatorThread | None = field(default=None, init=False)
+
+    def __post_init__(self) -> None:
+        controller = self.settings.controller
+        grace = controller.graceful_shutdown_wait if controller else None
+        self.lifecycle = Lifecycle(grace_period=grace if self.settings.health_enabled else None)
+
+    async def run(self) -> int:
+        loop = asyncio.get_running_loop()
+        for signum in (signal.SIGTERM, signal.SIGINT):
+            loop.add_signal_handler(signum, self._on_signal, signum)
+        ops = await self._serve_ops()
+        api = await self._serve_api()
+        self.lifecycle.serving()
+        log.info("allocbridge is serving", extra={"addresses": self._addresses()})
+
+        monitor = UpstreamMonitor(self.settings.kubernetes, self.lifecycle)
+        background = [
+            asyncio.create_task(monitor.run(), name="upstream"),
+            asyncio.create_task(self._supervise_operator(monitor), name="operator"),
+        ]
+        await self._signalled.wait()
+        if self.lifecycle.phase is Phase.DRAINING:
+            await self._drain()
+        self.lifecycle.stopping()
+        log.info("stopping the API listener")
+        if api is not None:
+            await api.cleanup()
+        for task in background:
+            task.cancel()
+        for task in background:
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+        if self._operator is not None:
+            log.info("stopping the operator")
+            await asyncio.to_thread(self._operator.stop)
+        log.info("stopping the ops listener")
+        if ops is not None:
+            await ops.cleanup()
+        for signum in (signal.SIGTERM, signal.SIGINT):
+            loop.remove_signal_handler(signum)
+        log.info("allocbridge stopped")
+        return 0
+
+    def _on_signal(self, signum: int) -> None:
+        decision = self.lifecycle.on_signal()
+        log.info("received signal", extra={"signal": signal.Signals(signum).name})
+        if decision is Next.FORCE:
+            log.warning("forcing shutdown")
+            os._exit(1)
+        self._signalled.set()
+        if decision is Next.STOP:
+            self._stop_now.set()
+
+    async def _drain(self) -> None:
+        wait = self.lifecycle.grace_period or 0.0
+        self.metrics.draining.set(1)
+        log.info(
+            "health is enabled, waiting before shutdown; signal again to stop now",
+            extra={"wait_seconds": wait},
+        )
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(self._stop_now.wait(), timeout=wait)
+
+    async def _supervise_operator(self, monitor: UpstreamMonitor) -> None:
+        """Start Kopf once Kubernetes answers; start it again if it dies on its own."""
+        while True:
+            await monitor.ready.wait()
+            credentials: Credentials | None = monitor.credentials
+            if credentials is None:  # pragma: no cover - ready implies credentials
+                await asyncio.sleep(OPERATOR_RESTART_DELAY)
+                continue
+            self._operator = OperatorThread(self.settings.kubernetes, credentials)
+            self._operator.start()
+            await asyncio.to_thread(self._operator.thread.join)
+            log.warning(
+                "the operator stopped unexpectedly; restarting",
+                extra={"delay_seconds": OPERATOR_RESTART_DELAY},
+            )
+            await asyncio.sleep(OPERATOR_RESTART_DELAY)
+
+    async def _serve_ops(self) -> web.AppRunner | None:
+        listener = self.settings.listener("ops")
+        if listener is None:
+            return None
+        app = create_ops_app(self.lifecycle, self.metrics, health=self.settings.health_enabled)
+        return await _serve(app, listener, shutdown_timeout=5.0)
+
+    async def _serve_api(self) -> web.AppRunner | None:
+        listener = self.settings.listener("api")
+        if listener is None:
+            return None
+        app = create_api_app(self.metrics)
+        return await _serve(app, listener, shutdown_timeout=IN_FLIGHT_TIMEOUT)
+
+    def _addresses(self) -> dict[str, str]:
+        return {
+            item.purpose: ("http" if item.tls_disable else "https") + "://" + item.address
+            for item in self.settings.listeners
+        }
+
+
+async def _serve(
+    app: web.Application, listener: ListenerSettings, *, shutdown_timeout: float
+) -> web.AppRunner:
+    runner = web.AppRunner(app, shutdown_timeout=shutdown_timeout, access_log=None)
+    await runner.setup()
+    site = web.TCPSite(
+        runner,
+        host=listener.host,
+        port=listener.port,
+        ssl_context=tls_context(listener),
+        reuse_address=True,
+    )
+    await site.start()
+    return runner
+
+
+def tls_context(listener: ListenerSettings) -> ssl.SSLContext | None:
+    """The server TLS context of a listener, or None when `tls_disable = true`."""
+    if listener.tls_disable:
+        return None
+    context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    context.minimum_version = (
+        ssl.TLSVersion.TLSv1_3 if listener.tls_min_version == "tls13" else ssl.TLSVersion.TLSv1_2
+    )
+    assert listener.tls_cert_file and listener.tls_key_file  # guaranteed by config validation
+    context.load_cert_chain(listener.tls_cert_file, listener.tls_key_file)
+    return context
+
+
+def run(settings: Settings) -> int:
+    """Run a replica until it is told to stop; returns the process exit status."""
+    return asyncio.run(Replica(settings).run())

@@ -1,0 +1,92 @@
+"""Credentials for the Kubernetes API, loaded once and shared by every client of the process.
+
+Kopf runs on a thread and loop of its own (see `allocbridge.app`), so the credentials are kept
+as plain values that any loop can turn into a client: a kubernetes_asyncio `Configuration` for
+our own calls and a `kopf.ConnectionInfo` for Kopf's login.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+import kopf
+from kubernetes_asyncio import client, config
+from kubernetes_asyncio.config import ConfigException
+
+from allocbridge.config import KubernetesSettings
+
+
+@dataclass(frozen=True)
+class Credentials:
+    """Where the API server is and how to prove who we are."""
+
+    server: str
+    ca_path: str | None = None
+    insecure: bool = False
+    certificate_path: str | None = None
+    private_key_path: str | None = None
+    token: str | None = None
+
+    def configuration(self) -> client.Configuration:
+        cfg = client.Configuration(host=self.server)
+        cfg.ssl_ca_cert = self.ca_path
+        cfg.verify_ssl = not self.insecure
+        cfg.cert_file = self.certificate_path
+        cfg.key_file = self.private_key_path
+        if self.token:
+            cfg.api_key = {"BearerToken": self.token}
+            cfg.api_key_prefix = {"BearerToken": "Bearer"}
+        return cfg
+
+    def api_client(self) -> client.ApiClient:
+        """A new client bound to the calling event loop; close it when done."""
+        return client.ApiClient(configuration=self.configuration())
+
+    def kopf_connection(self) -> kopf.ConnectionInfo:
+        return kopf.ConnectionInfo(
+            server=self.server,
+            ca_path=self.ca_path,
+            insecure=self.insecure,
+            certificate_path=self.certificate_path,
+            private_key_path=self.private_key_path,
+            token=self.token,
+        )
+
+
+class CredentialsError(Exception):
+    """No usable kubeconfig and not running in a cluster."""
+
+
+async def load_credentials(settings: KubernetesSettings) -> Credentials:
+    """The kubeconfig named in the settings, else $KUBECONFIG or ~/.kube/config, else in-cluster."""
+    cfg = client.Configuration()
+    kubeconfig = settings.kubeconfig or os.environ.get("KUBECONFIG")
+    default = Path.home() / ".kube" / "config"
+    try:
+        if kubeconfig or default.exists():
+            await config.load_kube_config(
+                config_file=kubeconfig or str(default),
+                context=settings.context,
+                client_configuration=cfg,
+                persist_config=False,
+            )
+        else:
+            config.load_incluster_config(client_configuration=cfg)  # type: ignore[no-untyped-call]
+    except (ConfigException, OSError) as exc:
+        raise CredentialsError(f"cannot load Kubernetes credentials: {exc}") from exc
+    if not cfg.host:
+        raise CredentialsError("the kubeconfig names no API server")
+    token = None
+    authorization = cfg.api_key.get("authorization") or cfg.api_key.get("BearerToken")
+    if authorization:
+        token = authorization.removeprefix("Bearer ").strip()
+    return Credentials(
+        server=cfg.host,
+        ca_path=cfg.ssl_ca_cert,
+        insecure=not cfg.verify_ssl,
+        certificate_path=cfg.cert_file,
+        private_key_path=cfg.key_file,
+        token=token,
+    )

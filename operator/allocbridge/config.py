@@ -1,0 +1,474 @@
+"""The HCL configuration file, Boundary style, validated once at start into typed settings.
+
+A file holds a `controller` block, `listener "tcp"` stanzas with `purpose = "api"` or `"ops"`,
+and blocks of our own (`kubernetes`, `acl`, `log`). Every mistake is collected (not only the
+first) and reported with the file, the stanza, the field and what is allowed, so one run of
+`allocbridge check-config` shows everything to fix.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal, TypeVar
+
+import hcl2
+from hcl2.utils import SerializationOptions
+from lark.exceptions import UnexpectedInput
+
+from allocbridge.model.durations import DurationError, format_go_duration, parse_duration_second
+
+Purpose = Literal["api", "ops"]
+T = TypeVar("T")
+DEFAULT_PORTS: dict[str, int] = {"api": 4646, "ops": 9203}
+DEFAULT_HOST = "127.0.0.1"
+TLS_VERSIONS = ("tls12", "tls13")
+_BOUNDARY_ONLY_PURPOSES = ("cluster", "proxy")
+
+
+@dataclass(frozen=True)
+class ControllerSettings:
+    """The `controller` block; its presence (with both listeners) enables `/health`."""
+
+    name: str
+    graceful_shutdown_wait: float | None = None  # seconds; None means no 503 phase
+
+
+@dataclass(frozen=True)
+class ListenerSettings:
+    """One `listener "tcp"` stanza."""
+
+    purpose: Purpose
+    host: str
+    port: int
+    tls_disable: bool = False
+    tls_cert_file: str | None = None
+    tls_key_file: str | None = None
+    tls_min_version: str = "tls12"
+
+    @property
+    def address(self) -> str:
+        host = f"[{self.host}]" if ":" in self.host else self.host
+        return f"{host}:{self.port}"
+
+
+@dataclass(frozen=True)
+class KubernetesSettings:
+    """How the operator reaches Kubernetes and what it watches."""
+
+    kubeconfig: str | None = None  # None: in-cluster, else $KUBECONFIG or ~/.kube/config
+    context: str | None = None
+    namespaces: tuple[str, ...] = ()  # empty: every namespace
+    peering: str = "allocbridge"
+    priority: int = 0
+    standalone: bool = False  # no peering: this replica reconciles whatever others do
+    mhz_per_cpu: int = 1000
+    exec_image: str = "busybox:1.36"
+
+
+@dataclass(frozen=True)
+class AclSettings:
+    """`acl { enabled = ... }`: when disabled every request is allowed (the dev default)."""
+
+    enabled: bool = True
+
+
+@dataclass(frozen=True)
+class LogSettings:
+    """`log { format = "text"|"json", level = ... }`."""
+
+    format: Literal["text", "json"] = "text"
+    level: str = "info"
+
+
+@dataclass(frozen=True)
+class Settings:
+    """The whole validated configuration."""
+
+    source: str
+    controller: ControllerSettings | None
+    listeners: tuple[ListenerSettings, ...]
+    kubernetes: KubernetesSettings = field(default_factory=KubernetesSettings)
+    acl: AclSettings = field(default_factory=AclSettings)
+    log: LogSettings = field(default_factory=LogSettings)
+
+    def listener(self, purpose: Purpose) -> ListenerSettings | None:
+        return next((item for item in self.listeners if item.purpose == purpose), None)
+
+    @property
+    def health_enabled(self) -> bool:
+        """Boundary's rule: `/health` exists only with a controller, an api and an ops listener."""
+        return (
+            self.controller is not None
+            and self.listener("api") is not None
+            and self.listener("ops") is not None
+        )
+
+
+class ConfigError(Exception):
+    """Every problem found in one configuration file."""
+
+    def __init__(self, source: str, problems: list[str]) -> None:
+        self.source = source
+        self.problems = problems
+        super().__init__("\n".join(f"{source}: {problem}" for problem in problems))
+
+
+def load_file(path: str | Path) -> Settings:
+    """Read and validate a configuration file; raises ConfigError listing every problem."""
+    source = str(path)
+    try:
+        text = Path(path).read_text(encoding="utf-8")
+    except OSError as exc:
+        raise ConfigError(source, [f"cannot read the file: {exc.strerror}"]) from exc
+    return load_text(text, source=source, base_dir=Path(path).resolve().parent)
+
+
+def load_text(text: str, *, source: str = "<config>", base_dir: Path | None = None) -> Settings:
+    """Parse and validate HCL text; relative TLS file paths resolve against base_dir."""
+    options = SerializationOptions(
+        strip_string_quotes=True, explicit_blocks=False, with_comments=False
+    )
+    try:
+        raw = hcl2.loads(text, serialization_options=options)
+    except UnexpectedInput as exc:
+        first_line = str(exc).splitlines()[0] if str(exc) else "syntax error"
+        raise ConfigError(
+            source, [f"line {exc.line}, column {exc.column}: invalid HCL: {first_line}"]
+        ) from exc
+    except Exception as exc:  # python-hcl2 raises a few other kinds for odd input
+        raise ConfigError(source, [f"invalid HCL: {exc}"]) from exc
+    return _Validator(source, base_dir or Path.cwd()).settings(raw)
+
+
+class _Validator:
+    """Walks the parsed HCL once, collecting problems instead of stopping at the first."""
+
+    def __init__(self, source: str, base_dir: Path) -> None:
+        self.source = source
+        self.base_dir = base_dir
+        self.problems: list[str] = []
+
+    def problem(self, where: str, message: str) -> None:
+        self.problems.append(f"{where}: {message}")
+
+    def settings(self, raw: Mapping[str, Any]) -> Settings:
+        known = {"controller", "listener", "kubernetes", "acl", "log"}
+        for name in raw:
+            if name not in known:
+                self.problem(
+                    f"block {name!r}", f"unknown block; allowed: {', '.join(sorted(known))}"
+                )
+        controller = self.controller(raw.get("controller", []))
+        listeners = self.listeners(raw.get("listener", []))
+        kubernetes = self.single(raw, "kubernetes", self.kubernetes, KubernetesSettings())
+        acl = self.single(raw, "acl", self.acl, AclSettings())
+        log = self.single(raw, "log", self.log, LogSettings())
+        if self.problems:
+            raise ConfigError(self.source, self.problems)
+        return Settings(self.source, controller, tuple(listeners), kubernetes, acl, log)
+
+    def single(
+        self, raw: Mapping[str, Any], name: str, parse: Callable[[Mapping[str, Any]], T], default: T
+    ) -> T:
+        blocks = raw.get(name, [])
+        if not blocks:
+            return default
+        if len(blocks) > 1:
+            self.problem(f"{name} block", "may appear only once")
+        block = blocks[0]
+        if not isinstance(block, Mapping):
+            self.problem(f"{name} block", "must be a block: name { ... }")
+            return default
+        return parse(block)
+
+    def fields(self, where: str, block: Mapping[str, Any], allowed: set[str]) -> None:
+        for key in block:
+            if key not in allowed:
+                self.problem(
+                    f"{where}: {key}", f"unknown field; allowed: {', '.join(sorted(allowed))}"
+                )
+
+    def string(self, where: str, block: Mapping[str, Any], key: str) -> str | None:
+        value = block.get(key)
+        if value is None or isinstance(value, str):
+            return value
+        self.problem(f"{where}: {key}", f"must be a string, got {value!r}")
+        return None
+
+    def boolean(self, where: str, block: Mapping[str, Any], key: str, default: bool) -> bool:
+        value = block.get(key, default)
+        if isinstance(value, bool):
+            return value
+        if isinstance(value, str) and value.lower() in ("true", "false"):
+            return value.lower() == "true"
+        self.problem(f"{where}: {key}", f"must be true or false, got {value!r}")
+        return default
+
+    def integer(self, where: str, block: Mapping[str, Any], key: str, default: int) -> int:
+        value = block.get(key, default)
+        if isinstance(value, int) and not isinstance(value, bool):
+            return value
+        self.problem(f"{where}: {key}", f"must be a whole number, got {value!r}")
+        return default
+
+    def controller(self, blocks: list[Any]) -> ControllerSettings | None:
+        if not blocks:
+            return None
+        if len(blocks) > 1:
+            self.problem("controller block", "may appear only once")
+        block = blocks[0]
+        where = "controller block"
+        self.fields(where, block, {"name", "description", "graceful_shutdown_wait_duration"})
+        name = self.string(where, block, "name") or "allocbridge"
+        wait: float | None = None
+        raw_wait = block.get("graceful_shutdown_wait_duration")
+        if raw_wait is not None:
+            try:
+                wait = parse_duration_second(raw_wait)
+                if wait < 0:
+                    raise DurationError("negative")
+            except DurationError:
+                self.problem(
+                    f"{where}: graceful_shutdown_wait_duration",
+                    f"{raw_wait!r} is not a duration; allowed: a Go duration like "
+                    '"10s" or "1m30s", a whole number of seconds, or "Nd" days',
+                )
+        return ControllerSettings(name=name, graceful_shutdown_wait=wait)
+
+    def listeners(self, blocks: list[Any]) -> list[ListenerSettings]:
+        out: list[ListenerSettings] = []
+        seen: dict[str, int] = {}
+        for index, labelled in enumerate(blocks, start=1):
+            kind, block = next(iter(labelled.items())) if labelled else ("", {})
+            where = f'listener "{kind}" #{index}'
+            if kind != "tcp":
+                self.problem(where, f'unsupported listener type "{kind}"; allowed: "tcp"')
+                continue
+            listener = self.listener(where, block)
+            if listener is None:
+                continue
+            if listener.purpose in seen:
+                self.problem(
+                    f"{where}: purpose",
+                    f'a listener with purpose "{listener.purpose}" is already defined '
+                    f"(#{seen[listener.purpose]}); allowed: one api and one ops listener",
+                )
+                continue
+            seen[listener.purpose] = index
+            out.append(listener)
+        return out
+
+    def listener(self, where: str, block: Mapping[str, Any]) -> ListenerSettings | None:
+        purpose = block.get("purpose")
+        if isinstance(purpose, str) and purpose in DEFAULT_PORTS:
+            where = f'{where} (purpose "{purpose}")'
+        self.fields(
+            where,
+            block,
+            {
+                "purpose",
+                "address",
+                "tls_disable",
+                "tls_cert_file",
+                "tls_key_file",
+                "tls_min_version",
+            },
+        )
+        if isinstance(purpose, list):
+            if len(purpose) != 1:
+                self.problem(
+                    f"{where}: purpose",
+                    'exactly one purpose per listener is supported; allowed: "api", "ops"',
+                )
+                return None
+            purpose = purpose[0]
+        if purpose is None:
+            self.problem(f"{where}: purpose", 'is required; allowed: "api", "ops"')
+            return None
+        if purpose in _BOUNDARY_ONLY_PURPOSES:
+            self.problem(
+                f"{where}: purpose",
+                f'"{purpose}" is not supported by allocbridge; allowed: "api", "ops"',
+            )
+            return None
+        if purpose not in DEFAULT_PORTS:
+            self.problem(f"{where}: purpose", f'unknown purpose {purpose!r}; allowed: "api", "ops"')
+            return None
+        host, port = self.address(where, block.get("address"), DEFAULT_PORTS[purpose])
+        tls_disable = self.boolean(where, block, "tls_disable", False)
+        cert = self.string(where, block, "tls_cert_file")
+        key = self.string(where, block, "tls_key_file")
+        min_version = self.string(where, block, "tls_min_version") or "tls12"
+        if min_version not in TLS_VERSIONS:
+            self.problem(
+                f"{where}: tls_min_version",
+                f"unsupported minimum TLS version {min_version!r}; allowed: tls12, tls13",
+            )
+        if not tls_disable:
+            cert = self.tls_file(where, "tls_cert_file", cert)
+            key = self.tls_file(where, "tls_key_file", key)
+        return ListenerSettings(
+            purpose=purpose,
+            host=host,
+            port=port,
+            tls_disable=tls_disable,
+            tls_cert_file=cert,
+            tls_key_file=key,
+            tls_min_version=min_version,
+        )
+
+    def tls_file(self, where: str, key: str, value: str | None) -> str | None:
+        if not value:
+            self.problem(
+                f"{where}: {key}",
+                "is required unless tls_disable = true (TLS is on by default)",
+            )
+            return None
+        path = Path(value)
+        if not path.is_absolute():
+            path = self.base_dir / path
+        if not path.is_file():
+            self.problem(f"{where}: {key}", f"file not found: {path}")
+        return str(path)
+
+    def address(self, where: str, value: Any, default_port: int) -> tuple[str, int]:
+        if value is None or value == "":
+            return DEFAULT_HOST, default_port
+        if not isinstance(value, str):
+            self.problem(f"{where}: address", f"must be a string like host:port, got {value!r}")
+            return DEFAULT_HOST, default_port
+        host, port_text = value, ""
+        if value.startswith("["):
+            end = value.find("]")
+            host, rest = value[1:end], value[end + 1 :]
+            if end < 0 or (rest and not rest.startswith(":")):
+                self.problem(f"{where}: address", f"{value!r} is not host:port")
+                return DEFAULT_HOST, default_port
+            port_text = rest[1:]
+        elif value.count(":") == 1:
+            host, port_text = value.split(":")
+        elif value.count(":") > 1:
+            host = value  # a bare IPv6 address
+        if host != "" and not _is_host(host):
+            self.problem(f"{where}: address", f"{host!r} is not an IP address or host name")
+        if not port_text:
+            return host or DEFAULT_HOST, default_port
+        if not port_text.isdigit() or int(port_text) > 65535:
+            self.problem(f"{where}: address", f"port {port_text!r} is not a number from 0 to 65535")
+            return host or DEFAULT_HOST, default_port
+        return host or DEFAULT_HOST, int(port_text)
+
+    def kubernetes(self, block: Mapping[str, Any]) -> KubernetesSettings:
+        where = "kubernetes block"
+        self.fields(
+            where,
+            block,
+            {
+                "kubeconfig",
+                "context",
+                "namespaces",
+                "peering",
+                "priority",
+                "standalone",
+                "mhz_per_cpu",
+                "exec_image",
+            },
+        )
+        namespaces = block.get("namespaces", [])
+        if not isinstance(namespaces, list) or not all(isinstance(n, str) for n in namespaces):
+            self.problem(f"{where}: namespaces", "must be a list of namespace names")
+            namespaces = []
+        mhz = self.integer(where, block, "mhz_per_cpu", 1000)
+        if mhz <= 0:
+            self.problem(f"{where}: mhz_per_cpu", "must be greater than 0")
+        defaults = KubernetesSettings()
+        return KubernetesSettings(
+            kubeconfig=self.string(where, block, "kubeconfig"),
+            context=self.string(where, block, "context"),
+            namespaces=tuple(namespaces),
+            peering=self.string(where, block, "peering") or defaults.peering,
+            priority=self.integer(where, block, "priority", 0),
+            standalone=self.boolean(where, block, "standalone", False),
+            mhz_per_cpu=mhz,
+            exec_image=self.string(where, block, "exec_image") or defaults.exec_image,
+        )
+
+    def acl(self, block: Mapping[str, Any]) -> AclSettings:
+        self.fields("acl block", block, {"enabled"})
+        return AclSettings(enabled=self.boolean("acl block", block, "enabled", True))
+
+    def log(self, block: Mapping[str, Any]) -> LogSettings:
+        where = "log block"
+        self.fields(where, block, {"format", "level"})
+        fmt = self.string(where, block, "format") or "text"
+        if fmt not in ("text", "json"):
+            self.problem(f"{where}: format", f"unknown format {fmt!r}; allowed: text, json")
+            fmt = "text"
+        level = (self.string(where, block, "level") or "info").lower()
+        if level not in ("trace", "debug", "info", "warn", "warning", "error"):
+            self.problem(
+                f"{where}: level",
+                f"unknown level {level!r}; allowed: trace, debug, info, warn, error",
+            )
+            level = "info"
+        return LogSettings(format="json" if fmt == "json" else "text", level=level)
+
+
+def _is_host(host: str) -> bool:
+    try:
+        ipaddress.ip_address(host)
+        return True
+    except ValueError:
+        labels = host.rstrip(".").split(".")
+        return all(
+            0 < len(label) <= 63 and label.replace("-", "").isalnum() and label[0] != "-"
+            for label in labels
+        )
+
+
+def render(settings: Settings) -> str:
+    """The effective configuration as HCL, defaults filled in (what check-config prints)."""
+    lines: list[str] = []
+    if settings.controller:
+        lines += ["controller {", f'  name = "{settings.controller.name}"']
+        if settings.controller.graceful_shutdown_wait is not None:
+            wait = format_go_duration(settings.controller.graceful_shutdown_wait)
+            lines.append(f'  graceful_shutdown_wait_duration = "{wait}"')
+        lines += ["}", ""]
+    for item in settings.listeners:
+        lines += [
+            'listener "tcp" {',
+            f'  purpose = "{item.purpose}"',
+            f'  address = "{item.address}"',
+            f"  tls_disable = {str(item.tls_disable).lower()}",
+        ]
+        if not item.tls_disable:
+            lines += [
+                f'  tls_cert_file = "{item.tls_cert_file}"',
+                f'  tls_key_file = "{item.tls_key_file}"',
+                f'  tls_min_version = "{item.tls_min_version}"',
+            ]
+        lines += ["}", ""]
+    k = settings.kubernetes
+    lines += ["kubernetes {"]
+    if k.kubeconfig:
+        lines.append(f'  kubeconfig = "{k.kubeconfig}"')
+    if k.context:
+        lines.append(f'  context = "{k.context}"')
+    lines += [
+        "  namespaces = [" + ", ".join(f'"{n}"' for n in k.namespaces) + "]",
+        f'  peering = "{k.peering}"',
+        f"  priority = {k.priority}",
+        f"  standalone = {str(k.standalone).lower()}",
+        f"  mhz_per_cpu = {k.mhz_per_cpu}",
+        f'  exec_image = "{k.exec_image}"',
+        "}",
+        "",
+        f"acl {{\n  enabled = {str(settings.acl.enabled).lower()}\n}}",
+        "",
+        f'log {{\n  format = "{settings.log.format}"\n  level = "{settings.log.level}"\n}}',
+    ]
+    return "\n".join(lines) + "\n"

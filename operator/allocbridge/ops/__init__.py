@@ -1,0 +1,1 @@
+"""The ops listener: `/health` for load balancers and probes, `/metrics` for Prometheus."""

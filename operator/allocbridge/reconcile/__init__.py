@@ -1,0 +1,1 @@
+"""Kopf handlers: Allocation -> Pod, and the pod's life -> the Allocation's status."""

@@ -1,0 +1,277 @@
+"""The real `allocbridge run` process: listeners, draining on SIGTERM, TLS, metrics.
+
+These start the console entry point as a subprocess with no reachable Kubernetes (KUBECONFIG
+points nowhere), which is also the test that the process keeps its listeners up and reports the
+upstream state instead of crashing when the API server is away.
+"""
+
+from __future__ import annotations
+
+import datetime
+import json
+import os
+import signal
+import socket
+import ssl
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+from cryptography import x509
+from cryptography.hazmat.primitives import hashes, serialization
+from cryptography.hazmat.primitives.asymmetric import ec
+from cryptography.x509.oid import NameOID
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port: int = sock.getsockname()[1]
+        return port
+
+
+@dataclass
+class Running:
+    process: subprocess.Popen[bytes]
+    api: str
+    ops: str
+    log: Path
+
+    def output(self) -> str:
+        return self.log.read_text(errors="replace")
+
+
+def get(url: str, context: ssl.SSLContext | None = None, method: str = "GET") -> tuple[int, bytes]:
+    request = urllib.request.Request(url, method=method)
+    try:
+        with urllib.request.urlopen(request, timeout=5, context=context) as response:
+            return response.status, response.read()
+    except urllib.error.HTTPError as exc:
+        return exc.code, exc.read()
+
+
+def wait_for(predicate: object, timeout: float = 20.0, what: str = "condition") -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        try:
+            if predicate():  # type: ignore[operator]
+                return
+        except OSError:
+            pass
+        time.sleep(0.05)
+    raise AssertionError(f"timed out waiting for {what}")
+
+
+def start(tmp_path: Path, config_text: str, api_port: int, ops_port: int, tls: bool = False) -> Running:
+    path = tmp_path / "allocbridge.hcl"
+    path.write_text(config_text)
+    log = tmp_path / "allocbridge.log"
+    env = {**os.environ, "KUBECONFIG": str(tmp_path / "no-such-kubeconfig")}
+    process = subprocess.Popen(
+        [sys.executable, "-m", "allocbridge.cli", "run", "--config", str(path)],
+        stdout=log.open("wb"),
+        stderr=subprocess.STDOUT,
+        env=env,
+    )
+    scheme = "https" if tls else "http"
+    return Running(process, f"{scheme}://127.0.0.1:{api_port}", f"http://127.0.0.1:{ops_port}", log)
+
+
+def config(api_port: int, ops_port: int, grace: str | None = '"2s"', controller: bool = True) -> str:
+    text = ""
+    if controller:
+        text += 'controller {\n  name = "test"\n'
+        if grace is not None:
+            text += f"  graceful_shutdown_wait_duration = {grace}\n"
+        text += "}\n"
+    text += f"""
+listener "tcp" {{
+  purpose = "api"
+  address = "127.0.0.1:{api_port}"
+  tls_disable = true
+}}
+listener "tcp" {{
+  purpose = "ops"
+  address = "127.0.0.1:{ops_port}"
+  tls_disable = true
+}}
+"""
+    return text
+
+
+@pytest.fixture
+def replica(tmp_path: Path) -> Iterator[Running]:
+    api_port, ops_port = free_port(), free_port()
+    running = start(tmp_path, config(api_port, ops_port), api_port, ops_port)
+    wait_for(lambda: get(running.ops + "/health")[0] == 200, what="/health 200")
+    yield running
+    if running.process.poll() is None:
+        running.process.kill()
+        running.process.wait()
+
+
+def test_health_is_200_with_empty_body_while_serving(replica: Running) -> None:
+    assert get(replica.ops + "/health") == (200, b"")
+
+
+def test_unknown_api_paths_answer_404(replica: Running) -> None:
+    assert get(replica.api + "/v1/nothing-here")[0] == 404
+
+
+def test_health_rejects_other_methods(replica: Running) -> None:
+    assert get(replica.ops + "/health", method="POST") == (405, b"Invalid method")
+
+
+def test_worker_info_reports_state_sessions_and_upstream(replica: Running) -> None:
+    status, body = get(replica.ops + "/health?worker_info=1")
+    assert status == 200
+    info = json.loads(body)["worker_process_info"]
+    assert info["state"] == "active"
+    assert info["active_session_count"] == 0
+    # No Kubernetes is reachable: the process keeps retrying instead of crashing.
+    assert info["upstream_connection_state"] in ("CONNECTING", "TRANSIENT_FAILURE")
+    wait_for(
+        lambda: b"Kubernetes API unreachable" in replica.log.read_bytes(),
+        what="a logged retry",
+    )
+    assert replica.process.poll() is None
+
+
+def test_metrics_has_process_http_and_draining_series(replica: Running) -> None:
+    get(replica.api + "/v1/nothing-here")
+    status, body = get(replica.ops + "/metrics")
+    text = body.decode()
+    assert status == 200
+    assert "process_resident_memory_bytes" in text
+    assert "allocbridge_draining 0.0" in text
+    assert 'allocbridge_http_requests_total{code="404",listener="api"' in text
+    assert "allocbridge_http_request_duration_seconds_bucket" in text
+
+
+def test_sigterm_drains_then_exits_zero(replica: Running) -> None:
+    replica.process.send_signal(signal.SIGTERM)
+    signalled = time.monotonic()
+    wait_for(lambda: get(replica.ops + "/health")[0] == 503, timeout=1.0, what="503 after SIGTERM")
+    assert time.monotonic() - signalled < 1.0
+    # The API still serves normally during the grace period.
+    assert get(replica.api + "/v1/still-serving")[0] == 404
+    status, body = get(replica.ops + "/health?worker_info=1")
+    assert status == 503
+    assert json.loads(body)["worker_process_info"]["state"] == "shutdown"
+    assert "allocbridge_draining 1.0" in get(replica.ops + "/metrics")[1].decode()
+    time.sleep(1.0)
+    assert replica.process.poll() is None, "exited before the grace period ended"
+    assert get(replica.api + "/v1/still-serving")[0] == 404
+    assert replica.process.wait(timeout=15) == 0
+    assert time.monotonic() - signalled >= 2.0
+    with pytest.raises(OSError):
+        get(replica.api + "/v1/gone")
+
+
+def test_second_signal_ends_the_wait_early(tmp_path: Path) -> None:
+    api_port, ops_port = free_port(), free_port()
+    running = start(tmp_path, config(api_port, ops_port, grace='"1m"'), api_port, ops_port)
+    try:
+        wait_for(lambda: get(running.ops + "/health")[0] == 200, what="/health 200")
+        running.process.send_signal(signal.SIGTERM)
+        wait_for(lambda: get(running.ops + "/health")[0] == 503, timeout=1.0, what="503")
+        running.process.send_signal(signal.SIGINT)
+        assert running.process.wait(timeout=15) == 0
+    finally:
+        if running.process.poll() is None:
+            running.process.kill()
+
+
+def test_without_grace_period_sigterm_stops_at_once(tmp_path: Path) -> None:
+    api_port, ops_port = free_port(), free_port()
+    running = start(tmp_path, config(api_port, ops_port, grace=None), api_port, ops_port)
+    try:
+        wait_for(lambda: get(running.ops + "/health")[0] == 200, what="/health 200")
+        started = time.monotonic()
+        running.process.send_signal(signal.SIGTERM)
+        assert running.process.wait(timeout=15) == 0
+        assert "waiting before shutdown" not in running.output()
+        assert time.monotonic() - started < 10
+    finally:
+        if running.process.poll() is None:
+            running.process.kill()
+
+
+def test_health_is_absent_without_controller_block(tmp_path: Path) -> None:
+    api_port, ops_port = free_port(), free_port()
+    running = start(tmp_path, config(api_port, ops_port, controller=False), api_port, ops_port)
+    try:
+        wait_for(lambda: get(running.ops + "/metrics")[0] == 200, what="/metrics")
+        assert get(running.ops + "/health")[0] == 404
+    finally:
+        running.process.kill()
+        running.process.wait()
+
+
+def write_certificate(folder: Path) -> tuple[Path, Path]:
+    key = ec.generate_private_key(ec.SECP256R1())
+    name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "localhost")])
+    now = datetime.datetime.now(datetime.UTC)
+    cert = (
+        x509.CertificateBuilder()
+        .subject_name(name)
+        .issuer_name(name)
+        .public_key(key.public_key())
+        .serial_number(x509.random_serial_number())
+        .not_valid_before(now - datetime.timedelta(minutes=5))
+        .not_valid_after(now + datetime.timedelta(hours=1))
+        .add_extension(x509.SubjectAlternativeName([x509.DNSName("localhost")]), critical=False)
+        .add_extension(x509.BasicConstraints(ca=True, path_length=None), critical=True)
+        .sign(key, hashes.SHA256())
+    )
+    cert_path, key_path = folder / "api.crt", folder / "api.key"
+    cert_path.write_bytes(cert.public_bytes(serialization.Encoding.PEM))
+    key_path.write_bytes(
+        key.private_bytes(
+            serialization.Encoding.PEM,
+            serialization.PrivateFormat.PKCS8,
+            serialization.NoEncryption(),
+        )
+    )
+    return cert_path, key_path
+
+
+def test_tls_api_listener(tmp_path: Path) -> None:
+    cert, key = write_certificate(tmp_path)
+    api_port, ops_port = free_port(), free_port()
+    text = f"""
+controller {{ name = "tls" }}
+listener "tcp" {{
+  purpose = "api"
+  address = "127.0.0.1:{api_port}"
+  tls_cert_file = "{cert}"
+  tls_key_file = "{key}"
+  tls_min_version = "tls13"
+}}
+listener "tcp" {{
+  purpose = "ops"
+  address = "127.0.0.1:{ops_port}"
+  tls_disable = true
+}}
+"""
+    running = start(tmp_path, text, api_port, ops_port, tls=True)
+    try:
+        wait_for(lambda: get(running.ops + "/health")[0] == 200, what="/health 200")
+        trusted = ssl.create_default_context(cafile=str(cert))
+        url = f"https://localhost:{api_port}/v1/nothing"
+        assert get(url, context=trusted)[0] == 404
+        tls12_only = ssl.create_default_context(cafile=str(cert))
+        tls12_only.maximum_version = ssl.TLSVersion.TLSv1_2
+        with pytest.raises(urllib.error.URLError):
+            get(url, context=tls12_only)
+        with pytest.raises(urllib.error.URLError):
+            get(url, context=ssl.create_default_context())  # untrusted certificate
+    finally:
+        running.process.kill()
+        running.process.wait()

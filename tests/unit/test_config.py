@@ -1,0 +1,293 @@
+"""The HCL configuration: defaults, every accepted form and every error message."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from allocbridge import config
+from allocbridge.cli import main
+
+OPEN_LISTENERS = """
+listener "tcp" {
+  purpose = "api"
+  tls_disable = true
+}
+listener "tcp" {
+  purpose = "ops"
+  tls_disable = true
+}
+"""
+
+
+def load(text: str, base_dir: Path | None = None) -> config.Settings:
+    return config.load_text(text, source="test.hcl", base_dir=base_dir)
+
+
+def problems(text: str, base_dir: Path | None = None) -> list[str]:
+    with pytest.raises(config.ConfigError) as info:
+        load(text, base_dir)
+    return info.value.problems
+
+
+def test_defaults_of_a_minimal_file() -> None:
+    settings = load('controller { name = "c1" }' + OPEN_LISTENERS)
+    api, ops = settings.listener("api"), settings.listener("ops")
+    assert api is not None and (api.host, api.port) == ("127.0.0.1", 4646)
+    assert ops is not None and (ops.host, ops.port) == ("127.0.0.1", 9203)
+    assert settings.controller == config.ControllerSettings(name="c1")
+    assert settings.acl.enabled is True
+    assert settings.health_enabled
+
+
+@pytest.mark.parametrize(
+    ("value", "seconds"),
+    [
+        ('"10s"', 10.0),
+        ('"1m30s"', 90.0),
+        ("15", 15.0),
+        ('"15"', 15.0),
+        ('"2d"', 172800.0),
+        ('"1500ms"', 1.5),
+        ('"0"', 0.0),
+    ],
+)
+def test_graceful_shutdown_wait_duration_forms(value: str, seconds: float) -> None:
+    text = f'controller {{\n name = "c"\n graceful_shutdown_wait_duration = {value}\n}}'
+    settings = load(text + OPEN_LISTENERS)
+    assert settings.controller is not None
+    assert settings.controller.graceful_shutdown_wait == seconds
+
+
+@pytest.mark.parametrize(
+    ("address", "purpose", "host", "port"),
+    [
+        ("0.0.0.0", "api", "0.0.0.0", 4646),
+        ("0.0.0.0:8080", "api", "0.0.0.0", 8080),
+        ("localhost", "ops", "localhost", 9203),
+        ("[::1]:9999", "ops", "::1", 9999),
+        ("::1", "ops", "::1", 9203),
+        (":7000", "api", "127.0.0.1", 7000),
+    ],
+)
+def test_listener_addresses(address: str, purpose: str, host: str, port: int) -> None:
+    text = f'listener "tcp" {{\n purpose = "{purpose}"\n address = "{address}"\n'
+    text += " tls_disable = true\n}"
+    listener = load(text).listeners[0]
+    assert (listener.host, listener.port) == (host, port)
+
+
+def test_health_needs_controller_api_and_ops() -> None:
+    assert not load(OPEN_LISTENERS).health_enabled
+    only_api = (
+        'controller { name = "c" }\nlistener "tcp" {\n purpose = "api"\n tls_disable = true\n}'
+    )
+    assert not load(only_api).health_enabled
+
+
+def test_tls_files_are_resolved_against_the_config_folder(tmp_path: Path) -> None:
+    (tmp_path / "cert.pem").write_text("x")
+    (tmp_path / "key.pem").write_text("x")
+    text = """listener "tcp" {
+      purpose = "api"
+      tls_cert_file = "cert.pem"
+      tls_key_file = "key.pem"
+      tls_min_version = "tls13"
+    }"""
+    listener = load(text, base_dir=tmp_path).listeners[0]
+    assert listener.tls_cert_file == str(tmp_path / "cert.pem")
+    assert listener.tls_min_version == "tls13"
+
+
+ERRORS = [
+    pytest.param(
+        'listener "tcp" {\n purpose = "cluster"\n tls_disable = true\n}',
+        'listener "tcp" #1: purpose: "cluster" is not supported by allocbridge; '
+        'allowed: "api", "ops"',
+        id="cluster-purpose",
+    ),
+    pytest.param(
+        'listener "tcp" {\n purpose = "proxy"\n tls_disable = true\n}',
+        'listener "tcp" #1: purpose: "proxy" is not supported by allocbridge; '
+        'allowed: "api", "ops"',
+        id="proxy-purpose",
+    ),
+    pytest.param(
+        'listener "tcp" {\n purpose = "web"\n tls_disable = true\n}',
+        'listener "tcp" #1: purpose: unknown purpose \'web\'; allowed: "api", "ops"',
+        id="unknown-purpose",
+    ),
+    pytest.param(
+        'listener "tcp" {\n tls_disable = true\n}',
+        'listener "tcp" #1: purpose: is required; allowed: "api", "ops"',
+        id="missing-purpose",
+    ),
+    pytest.param(
+        'listener "tcp" {\n purpose = ["api", "ops"]\n tls_disable = true\n}',
+        'listener "tcp" #1: purpose: exactly one purpose per listener is supported; '
+        'allowed: "api", "ops"',
+        id="two-purposes",
+    ),
+    pytest.param(
+        'listener "unix" {\n purpose = "api"\n}',
+        'listener "unix" #1: unsupported listener type "unix"; allowed: "tcp"',
+        id="unix-listener",
+    ),
+    pytest.param(
+        'listener "tcp" {\n purpose = "api"\n}',
+        'listener "tcp" #1 (purpose "api"): tls_cert_file: is required unless '
+        "tls_disable = true (TLS is on by default)",
+        id="tls-cert-required",
+    ),
+    pytest.param(
+        'listener "tcp" {\n purpose = "api"\n tls_cert_file = "/nonexistent/c.pem"\n'
+        ' tls_key_file = "/nonexistent/k.pem"\n}',
+        'listener "tcp" #1 (purpose "api"): tls_cert_file: file not found: /nonexistent/c.pem',
+        id="tls-cert-missing-file",
+    ),
+    pytest.param(
+        'listener "tcp" {\n purpose = "api"\n tls_disable = true\n tls_min_version = "tls11"\n}',
+        'listener "tcp" #1 (purpose "api"): tls_min_version: unsupported minimum TLS version '
+        "'tls11'; allowed: tls12, tls13",
+        id="tls-version",
+    ),
+    pytest.param(
+        'listener "tcp" {\n purpose = "api"\n tls_disable = "maybe"\n}',
+        'listener "tcp" #1 (purpose "api"): tls_disable: must be true or false, got \'maybe\'',
+        id="tls-disable-not-bool",
+    ),
+    pytest.param(
+        'listener "tcp" {\n purpose = "api"\n tls_disable = true\n address = "1.2.3.4:99999"\n}',
+        'listener "tcp" #1 (purpose "api"): address: port \'99999\' is not a number '
+        "from 0 to 65535",
+        id="bad-port",
+    ),
+    pytest.param(
+        'listener "tcp" {\n purpose = "api"\n tls_disable = true\n address = "bad host!"\n}',
+        'listener "tcp" #1 (purpose "api"): address: \'bad host!\' is not an IP address '
+        "or host name",
+        id="bad-host",
+    ),
+    pytest.param(
+        'listener "tcp" {\n purpose = "api"\n tls_disable = true\n colour = "red"\n}',
+        'listener "tcp" #1 (purpose "api"): colour: unknown field; allowed: address, purpose, '
+        "tls_cert_file, tls_disable, tls_key_file, tls_min_version",
+        id="unknown-listener-field",
+    ),
+    pytest.param(
+        OPEN_LISTENERS + 'listener "tcp" {\n purpose = "api"\n tls_disable = true\n}',
+        'listener "tcp" #3: purpose: a listener with purpose "api" is already defined (#1); '
+        "allowed: one api and one ops listener",
+        id="duplicate-purpose",
+    ),
+    pytest.param(
+        'controller {\n name = "c"\n graceful_shutdown_wait_duration = "soon"\n}',
+        "controller block: graceful_shutdown_wait_duration: 'soon' is not a duration; allowed: "
+        'a Go duration like "10s" or "1m30s", a whole number of seconds, or "Nd" days',
+        id="bad-duration",
+    ),
+    pytest.param(
+        'controller {\n name = "c"\n graceful_shutdown_wait_duration = "-5s"\n}',
+        "controller block: graceful_shutdown_wait_duration: '-5s' is not a duration; allowed: "
+        'a Go duration like "10s" or "1m30s", a whole number of seconds, or "Nd" days',
+        id="negative-duration",
+    ),
+    pytest.param(
+        'controller {\n name = "c"\n workers = 3\n}',
+        "controller block: workers: unknown field; allowed: description, "
+        "graceful_shutdown_wait_duration, name",
+        id="unknown-controller-field",
+    ),
+    pytest.param(
+        "controller {\n name = 5\n}",
+        "controller block: name: must be a string, got 5",
+        id="controller-name-type",
+    ),
+    pytest.param(
+        'worker {\n name = "w"\n}',
+        "block 'worker': unknown block; allowed: acl, controller, kubernetes, listener, log",
+        id="unknown-block",
+    ),
+    pytest.param(
+        "acl {\n enabled = 3\n}",
+        "acl block: enabled: must be true or false, got 3",
+        id="acl-enabled-type",
+    ),
+    pytest.param(
+        'log {\n format = "xml"\n}',
+        "log block: format: unknown format 'xml'; allowed: text, json",
+        id="log-format",
+    ),
+    pytest.param(
+        'log {\n level = "loud"\n}',
+        "log block: level: unknown level 'loud'; allowed: trace, debug, info, warn, error",
+        id="log-level",
+    ),
+    pytest.param(
+        'kubernetes {\n namespaces = "default"\n}',
+        "kubernetes block: namespaces: must be a list of namespace names",
+        id="namespaces-type",
+    ),
+    pytest.param(
+        "kubernetes {\n mhz_per_cpu = 0\n}",
+        "kubernetes block: mhz_per_cpu: must be greater than 0",
+        id="mhz-per-cpu",
+    ),
+    pytest.param(
+        "controller {\n name = \n}",
+        "line 2, column 9: invalid HCL: Unexpected token",
+        id="syntax-error",
+    ),
+]
+
+
+@pytest.mark.parametrize(("text", "expected"), ERRORS)
+def test_every_mistake_is_named(text: str, expected: str) -> None:
+    found = problems(text)
+    assert any(p.startswith(expected) for p in found), found
+
+
+def test_all_problems_are_reported_together() -> None:
+    text = (
+        'controller {\n colour = 1\n}\nlistener "tcp" {\n purpose = "proxy"\n}\nacl { enabled = 2 }'
+    )
+    assert len(problems(text)) == 3
+
+
+def test_error_names_the_file(tmp_path: Path) -> None:
+    path = tmp_path / "bad.hcl"
+    path.write_text('listener "tcp" {\n purpose = "cluster"\n}\n')
+    with pytest.raises(config.ConfigError) as info:
+        config.load_file(path)
+    assert str(info.value).startswith(f"{path}: listener")
+
+
+def test_unreadable_file_is_reported(tmp_path: Path) -> None:
+    with pytest.raises(config.ConfigError, match="cannot read the file"):
+        config.load_file(tmp_path / "missing.hcl")
+
+
+def test_check_config_prints_the_effective_configuration(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    path = tmp_path / "ok.hcl"
+    path.write_text(
+        'controller {\n name = "c1"\n graceful_shutdown_wait_duration = 90\n}' + OPEN_LISTENERS
+    )
+    assert main(["check-config", str(path)]) == 0
+    out = capsys.readouterr().out
+    assert 'graceful_shutdown_wait_duration = "1m30s"' in out
+    assert 'address = "127.0.0.1:4646"' in out and 'address = "127.0.0.1:9203"' in out
+    assert load(out).listeners == load(path.read_text()).listeners  # the output is valid config
+
+
+def test_check_config_lists_errors_and_exits_1(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    path = tmp_path / "bad.hcl"
+    path.write_text('listener "tcp" {\n purpose = "cluster"\n}\nacl { enabled = "x" }\n')
+    assert main(["check-config", str(path)]) == 1
+    err = capsys.readouterr().err
+    assert err.startswith(f"2 problem(s) in {path}:")
+    assert '"cluster" is not supported' in err and "acl block: enabled" in err
