@@ -68,7 +68,9 @@ def wait_for(predicate: object, timeout: float = 20.0, what: str = "condition") 
     raise AssertionError(f"timed out waiting for {what}")
 
 
-def start(tmp_path: Path, config_text: str, api_port: int, ops_port: int, tls: bool = False) -> Running:
+def start(
+    tmp_path: Path, config_text: str, api_port: int, ops_port: int, tls: bool = False
+) -> Running:
     path = tmp_path / "allocbridge.hcl"
     path.write_text(config_text)
     log = tmp_path / "allocbridge.log"
@@ -83,7 +85,9 @@ def start(tmp_path: Path, config_text: str, api_port: int, ops_port: int, tls: b
     return Running(process, f"{scheme}://127.0.0.1:{api_port}", f"http://127.0.0.1:{ops_port}", log)
 
 
-def config(api_port: int, ops_port: int, grace: str | None = '"2s"', controller: bool = True) -> str:
+def config(
+    api_port: int, ops_port: int, grace: str | None = '"2s"', controller: bool = True
+) -> str:
     text = ""
     if controller:
         text += 'controller {\n  name = "test"\n'
