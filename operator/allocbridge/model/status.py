@@ -1,0 +1,449 @@
+"""An Allocation's status, derived from its spec, its previous status and its pod. No I/O.
+
+The reconciler calls `derive` with what it read and writes back what comes out; everything
+that needs memory between calls (restart counts already seen, start times already reported,
+restart times inside the policy's interval) lives in the status itself, so any replica can take
+over reconciliation and a restarted operator continues where the last one stopped.
+
+Status keys are Kubernetes camelCase versions of Nomad's names (`taskStates.web.state`,
+`events[].displayMessage`); `allocbridge.model.wire` turns them into Nomad's PascalCase.
+
+How the pod's life maps onto Nomad's task states:
+- The pod's `restartPolicy` (Always for services, OnFailure for batch) lets the kubelet restart
+  a container in place; each new container restart becomes `Terminated` (with the exit code)
+  and `Restarting` events, and moves `restarts` and `lastRestart`.
+- The group restart policy is enforced on top: when more than `attempts` restarts fall inside
+  `interval`, mode `fail` records `Not Restarting`, asks for the pod to be deleted and fails the
+  allocation; mode `delay` records the wait and lets the kubelet's back-off pace the restart.
+- A pod deleted under a running allocation counts as every running task failing: it restarts
+  (a new pod) per the restart policy, never silently.
+- A dead leader task stops its siblings (`Leader Task Dead`, then `Killing`/`Killed`).
+"""
+
+from __future__ import annotations
+
+import datetime
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from allocbridge.model.spec import AllocationSpec, EffectiveRestartPolicy, Task
+
+MAX_EVENTS = 10
+NS = 1_000_000_000
+
+PENDING, RUNNING, DEAD = "pending", "running", "dead"
+
+
+@dataclass(frozen=True)
+class KubeEvent:
+    """A Kubernetes Event about the pod, reduced to what becomes a task event."""
+
+    uid: str
+    reason: str
+    message: str
+    type: str  # Normal or Warning
+    time_ns: int
+    container: str | None  # from involvedObject.fieldPath `spec.containers{name}`
+
+
+@dataclass
+class Decision:
+    """What the reconciler should do: write `status`, and maybe create or delete the pod."""
+
+    status: dict[str, Any]
+    create_pod: bool = False
+    delete_pod: bool = False
+    requeue_after: float | None = None
+    notes: list[str] = field(default_factory=list)
+
+
+def rfc3339(time_ns: int) -> str:
+    moment = datetime.datetime.fromtimestamp(time_ns / NS, tz=datetime.UTC)
+    return moment.isoformat().replace("+00:00", "Z")
+
+
+def parse_time_ns(text: str | None) -> int | None:
+    """Kubernetes timestamps (`2026-11-21T10:00:00Z`) in Unix nanoseconds."""
+    if not text:
+        return None
+    moment = datetime.datetime.fromisoformat(text.replace("Z", "+00:00"))
+    return int(moment.timestamp() * NS)
+
+
+def task_event(kind: str, time_ns: int, display: str, **fields: Any) -> dict[str, Any]:
+    """A Nomad task event in status form; empty fields are left out (the wire fills them)."""
+    event: dict[str, Any] = {"type": kind, "time": time_ns, "displayMessage": display}
+    event.update({k: v for k, v in fields.items() if v not in (None, "", 0, False, {})})
+    return event
+
+
+def _duration_text(seconds: float) -> str:
+    if seconds >= 60 and seconds % 60 == 0:
+        minutes = int(seconds // 60)
+        return f"{minutes // 60}h{minutes % 60}m0s" if minutes >= 60 else f"{minutes}m0s"
+    return f"{seconds:g}s"
+
+
+class _Tasks:
+    """The task-state map being rebuilt, with helpers that keep the 10-event limit."""
+
+    def __init__(self, previous: Mapping[str, Any], spec: AllocationSpec) -> None:
+        self.states: dict[str, dict[str, Any]] = {}
+        for task in spec.tasks:
+            old = previous.get(task.name) or {}
+            self.states[task.name] = {
+                "state": old.get("state", PENDING),
+                "failed": old.get("failed", False),
+                "restarts": old.get("restarts", 0),
+                "startedAt": old.get("startedAt"),
+                "finishedAt": old.get("finishedAt"),
+                "lastRestart": old.get("lastRestart"),
+                "events": list(old.get("events", [])),
+            }
+
+    def add(self, task: str, event: dict[str, Any]) -> None:
+        events = self.states[task]["events"]
+        events.append(event)
+        del events[:-MAX_EVENTS]
+
+    def set(self, task: str, **values: Any) -> None:
+        self.states[task].update(values)
+
+    def state(self, task: str) -> str:
+        return str(self.states[task]["state"])
+
+
+def _container_statuses(pod: Mapping[str, Any]) -> dict[str, Mapping[str, Any]]:
+    status = pod.get("status") or {}
+    found: dict[str, Mapping[str, Any]] = {}
+    for key in ("initContainerStatuses", "containerStatuses"):
+        for item in status.get(key) or []:
+            found[item["name"]] = item
+    return found
+
+
+def _restart_allowed(
+    policy: EffectiveRestartPolicy, history: Sequence[int], now_ns: int
+) -> tuple[bool, list[int]]:
+    """Whether one more restart fits the policy; returns the history trimmed to the interval."""
+    window = int(policy.interval_seconds * NS)
+    recent = [t for t in history if window <= 0 or now_ns - t < window]
+    return len(recent) < policy.attempts, recent
+
+
+def initial_status(spec: AllocationSpec, now_ns: int) -> dict[str, Any]:
+    """The status of an allocation the operator sees for the first time."""
+    tasks = _Tasks({}, spec)
+    for task in spec.tasks:
+        tasks.add(task.name, task_event("Received", now_ns, "Task received by client"))
+    return {
+        "clientStatus": "pending",
+        "clientDescription": "No tasks have started",
+        "desiredStatus": "run",
+        "taskStates": tasks.states,
+    }
+
+
+def validation_failed(
+    spec_tasks: Sequence[str], problems: Sequence[str], now_ns: int
+) -> dict[str, Any]:
+    """Status for an allocation whose spec cannot run: every task dead with `Failed Validation`."""
+    message = "; ".join(problems)
+    states: dict[str, Any] = {}
+    for name in spec_tasks or ["task"]:
+        states[name] = {
+            "state": DEAD,
+            "failed": True,
+            "restarts": 0,
+            "startedAt": None,
+            "finishedAt": rfc3339(now_ns),
+            "lastRestart": None,
+            "events": [
+                task_event("Received", now_ns, "Task received by client"),
+                task_event(
+                    "Failed Validation",
+                    now_ns,
+                    message,
+                    validationError=message,
+                    failsTask=True,
+                ),
+            ],
+        }
+    return {
+        "clientStatus": "failed",
+        "clientDescription": "Failed tasks",
+        "desiredStatus": "run",
+        "taskStates": states,
+    }
+
+
+def derive(
+    spec: AllocationSpec,
+    previous: Mapping[str, Any],
+    pod: Mapping[str, Any] | None,
+    now_ns: int,
+    kube_events: Sequence[KubeEvent] = (),
+) -> Decision:
+    """The next status and actions for an allocation, given its pod (None when it has none)."""
+    return _Derivation(spec, previous, now_ns).run(pod, kube_events)
+
+
+class _Derivation:
+    """One pass of `derive`: the context every step shares."""
+
+    def __init__(self, spec: AllocationSpec, previous: Mapping[str, Any], now_ns: int) -> None:
+        self.spec = spec
+        self.previous = previous
+        self.now = now_ns
+        self.status = dict(previous)
+        if not self.status.get("taskStates"):
+            self.status.update(initial_status(spec, now_ns))
+        self.tasks = _Tasks(self.status.get("taskStates", {}), spec)
+        self.observed: dict[str, Any] = {
+            name: dict(value) for name, value in (self.status.get("observed") or {}).items()
+        }
+        self.policy = spec.restart_policy()
+        self.decision = Decision(status=self.status)
+        self.terminal = previous.get("clientStatus") in ("complete", "failed", "lost")
+        self.stopping = self.status.get("desiredStatus") == "stop"
+
+    def run(self, pod: Mapping[str, Any] | None, kube_events: Sequence[KubeEvent]) -> Decision:
+        if pod is None:
+            if self.stopping or self.terminal:
+                self.finish_killed()
+            elif self.status.get("podCreated"):
+                self.pod_vanished()
+            else:
+                self.decision.create_pod = True
+                for task in self.spec.tasks:
+                    events = self.tasks.states[task.name]["events"]
+                    if not any(e["type"] == "Task Setup" for e in events):
+                        self.add(task.name, "Task Setup", "Building Task Directory")
+        else:
+            self.follow_containers(pod)
+            self.record_kube_events(kube_events)
+            self.enforce_leader()
+
+        status = self.status
+        status["taskStates"] = self.tasks.states
+        status["observed"] = self.observed
+        client_status, description = _client_status(self.spec, self.tasks, pod, self.stopping)
+        if self.terminal and client_status in ("pending", "running"):
+            client_status = self.previous["clientStatus"]
+            description = self.previous.get("clientDescription", "")
+        status["clientStatus"] = client_status
+        status["clientDescription"] = description
+        finished = client_status in ("complete", "failed") and not self.stopping
+        if finished and pod is not None and self._any_task_alive():
+            self.decision.delete_pod = True  # e.g. sidecars still running after the main tasks
+        return self.decision
+
+    def _any_task_alive(self) -> bool:
+        return any(self.tasks.state(t.name) != DEAD for t in self.spec.tasks)
+
+    def add(self, task: str, kind: str, display: str, time_ns: int = 0, **fields: Any) -> None:
+        self.tasks.add(task, task_event(kind, time_ns or self.now, display, **fields))
+
+    def seen(self, task: str) -> dict[str, Any]:
+        seen: dict[str, Any] = self.observed.setdefault(task, {})
+        return seen
+
+    def follow_containers(self, pod: Mapping[str, Any]) -> None:
+        statuses = _container_statuses(pod)
+        pod_policy = (pod.get("spec") or {}).get("restartPolicy", "Always")
+        for task in self.spec.tasks:
+            container = statuses.get(task.name)
+            if container is None:
+                continue
+            seen = self.seen(task.name)
+            restart_count = int(container.get("restartCount", 0))
+            known = int(seen.get("restartCount", 0))
+            if restart_count > known:
+                last = (container.get("lastState") or {}).get("terminated") or {}
+                for _ in range(restart_count - known):
+                    self.restarted(task, last)
+                seen["restartCount"] = restart_count
+            state = container.get("state") or {}
+            if "running" in state:
+                started = parse_time_ns(state["running"].get("startedAt")) or self.now
+                if seen.get("startedAt") != started and self.tasks.state(task.name) != DEAD:
+                    seen["startedAt"] = started
+                    self.tasks.set(task.name, state=RUNNING, startedAt=rfc3339(started))
+                    self.add(task.name, "Started", "Task started by client", started)
+            elif "terminated" in state:
+                self.terminated(task, state["terminated"], pod_policy)
+            elif "waiting" in state:
+                self.waiting(task, state["waiting"])
+
+    def waiting(self, task: Task, waiting: Mapping[str, Any]) -> None:
+        seen = self.seen(task.name)
+        reason = str(waiting.get("reason", ""))
+        if not reason or seen.get("waiting") == reason or reason == "ContainerCreating":
+            return
+        seen["waiting"] = reason
+        message = str(waiting.get("message") or reason)
+        if reason in ("ErrImagePull", "ImagePullBackOff", "CreateContainerError"):
+            self.add(task.name, "Driver Failure", message, driverError=message)
+        else:
+            self.add(task.name, "Driver", message, driverMessage=message)
+
+    def restarted(self, task: Task, last: Mapping[str, Any]) -> None:
+        """One in-place container restart by the kubelet, checked against the group policy."""
+        self.exited(task, last)
+        seen = self.seen(task.name)
+        allowed, history = _restart_allowed(self.policy, seen.get("restartTimes", []), self.now)
+        if not allowed and self.policy.mode == "fail":
+            self.not_restarting(task)
+            self.decision.delete_pod = True
+            return
+        seen["restartTimes"] = [*history, self.now]
+        reason = "Restart within policy" if allowed else "Exceeded allowed attempts, delaying"
+        self.restarting(task, reason)
+
+    def exited(self, task: Task, terminated: Mapping[str, Any]) -> None:
+        exit_code = int(terminated.get("exitCode", 0))
+        signal = int(terminated.get("signal", 0) or (exit_code - 128 if exit_code > 128 else 0))
+        finished = parse_time_ns(terminated.get("finishedAt")) or self.now
+        display = f"Exit Code: {exit_code}" + (f", Signal: {signal}" if signal else "")
+        message = str(terminated.get("message") or "")
+        self.add(
+            task.name,
+            "Terminated",
+            display,
+            finished,
+            exitCode=exit_code,
+            signal=signal,
+            message=message,
+        )
+
+    def restarting(self, task: Task, reason: str) -> None:
+        delay = self.policy.delay_seconds
+        self.add(
+            task.name,
+            "Restarting",
+            f"Task restarting in {_duration_text(delay)}",
+            restartReason=reason,
+            startDelay=int(delay * NS),
+        )
+        restarts = int(self.tasks.states[task.name]["restarts"]) + 1
+        self.tasks.set(task.name, restarts=restarts, lastRestart=rfc3339(self.now), state=PENDING)
+
+    def not_restarting(self, task: Task) -> None:
+        policy = self.policy
+        message = (
+            f"Exceeded allowed attempts {policy.attempts} in interval "
+            f'{_duration_text(policy.interval_seconds)} and mode is "{policy.mode}"'
+        )
+        self.add(task.name, "Not Restarting", message, restartReason=message, failsTask=True)
+        self.tasks.set(task.name, state=DEAD, failed=True, finishedAt=rfc3339(self.now))
+
+    def terminated(self, task: Task, terminated: Mapping[str, Any], pod_policy: str) -> None:
+        """A container that stopped; unless the kubelet restarts it in place, the task is dead."""
+        finished = parse_time_ns(terminated.get("finishedAt")) or self.now
+        seen = self.seen(task.name)
+        if seen.get("finishedAt") == finished or self.tasks.state(task.name) == DEAD:
+            return
+        exit_code = int(terminated.get("exitCode", 0))
+        in_place = pod_policy == "Always" or (pod_policy == "OnFailure" and exit_code != 0)
+        if in_place and task.hook != "prestart" and not self.stopping:
+            return  # the kubelet restarts it; the restart count will show it
+        seen["finishedAt"] = finished
+        self.exited(task, terminated)
+        failed = exit_code != 0 and not self.stopping
+        self.tasks.set(task.name, state=DEAD, failed=failed, finishedAt=rfc3339(finished))
+
+    def pod_vanished(self) -> None:
+        """The pod of a running allocation disappeared: its tasks failed; restart per policy."""
+        live = [t for t in self.spec.tasks if self.tasks.state(t.name) != DEAD]
+        restart = bool(live)
+        for task in live:
+            seen = self.seen(task.name)
+            self.exited(task, {"exitCode": 137, "message": "pod was deleted"})
+            allowed, history = _restart_allowed(self.policy, seen.get("restartTimes", []), self.now)
+            if not allowed and self.policy.mode == "fail":
+                self.not_restarting(task)
+                restart = False
+                continue
+            seen.clear()
+            seen["restartTimes"] = [*history, self.now]
+            self.restarting(task, "Pod was deleted")
+        if restart:
+            self.decision.create_pod = True
+            self.decision.requeue_after = self.policy.delay_seconds
+
+    def finish_killed(self) -> None:
+        """The pod is gone on purpose (stop, or a failed allocation): live tasks are `Killed`."""
+        for task in self.spec.tasks:
+            if self.tasks.state(task.name) != DEAD:
+                self.add(task.name, "Killed", "Task successfully killed")
+                self.tasks.set(task.name, state=DEAD, finishedAt=rfc3339(self.now))
+
+    def enforce_leader(self) -> None:
+        """A dead leader, or a failed task, stops the rest of the group."""
+        spec, tasks = self.spec, self.tasks
+        leader = spec.leader
+        failed = [
+            t for t in spec.tasks if tasks.state(t.name) == DEAD and tasks.states[t.name]["failed"]
+        ]
+        if leader is not None and tasks.state(leader.name) == DEAD:
+            cause, display, sibling = "Leader Task Dead", "Leader Task in Group dead", ""
+        elif failed:
+            sibling = failed[0].name
+            cause, display = "Sibling Task Failed", f'Task\'s sibling "{sibling}" failed'
+        else:
+            return
+        for task in spec.tasks:
+            if tasks.state(task.name) == DEAD:
+                continue
+            kill = task.kill_timeout_seconds
+            self.add(task.name, cause, display, failedSibling=sibling)
+            self.add(
+                task.name,
+                "Killing",
+                f"Sent interrupt. Waiting {_duration_text(kill)} before force killing",
+                killTimeout=int(kill * NS),
+                killReason=display,
+            )
+            self.add(task.name, "Killed", "Task successfully killed")
+            tasks.set(task.name, state=DEAD, finishedAt=rfc3339(self.now))
+        self.decision.delete_pod = True
+
+    def record_kube_events(self, events: Sequence[KubeEvent]) -> None:
+        """Kubernetes Events about the pod (pulls, back-off, probes) as `Driver` task events."""
+        seen_uids = set(self.status.get("seenEvents", []))
+        for event in sorted(events, key=lambda e: e.time_ns):
+            if event.uid in seen_uids:
+                continue
+            seen_uids.add(event.uid)
+            names = [event.container] if event.container else [t.name for t in self.spec.tasks]
+            text = f"{event.reason}: {event.message}" if event.message else event.reason
+            failure = event.type == "Warning" and event.reason in ("Failed", "ErrImagePull")
+            for name in names:
+                if name not in self.tasks.states:
+                    continue
+                if failure:
+                    self.add(name, "Driver Failure", text, event.time_ns, driverError=text)
+                else:
+                    self.add(name, "Driver", text, event.time_ns, driverMessage=text)
+        if seen_uids:
+            self.status["seenEvents"] = sorted(seen_uids)[-50:]
+
+
+def _client_status(
+    spec: AllocationSpec, tasks: _Tasks, pod: Mapping[str, Any] | None, stopping: bool
+) -> tuple[str, str]:
+    """Nomad's ClientStatus and description from the task states and the pod phase."""
+    if pod is not None and (pod.get("status") or {}).get("phase") == "Unknown":
+        return "lost", "The node of this allocation is not reporting"
+    mains = [t for t in spec.tasks if t.hook != "prestart" or t.is_sidecar]
+    states = [tasks.states[t.name] for t in mains]
+    if any(s["state"] == DEAD and s["failed"] for s in tasks.states.values()):
+        return "failed", "Failed tasks"
+    if all(s["state"] == DEAD for s in states):
+        if stopping:
+            return "complete", "All tasks have completed (stopped)"
+        return "complete", "All tasks have completed"
+    if any(s["state"] == RUNNING for s in states):
+        return "running", "Tasks are running"
+    return "pending", "No tasks have started"
