@@ -160,7 +160,13 @@ def test_deleted_pod_of_running_allocation_restarts_per_policy() -> None:
     state = decision.status["taskStates"]["server"]
     assert types(decision.status, "server")[-2:] == ["Terminated", "Restarting"]
     assert state["restarts"] == 1 and state["state"] == "pending"
+    assert not decision.create_pod and decision.requeue_after is not None
+    # After the policy's delay the next pass asks for the new pod, counting no second restart.
+    later = T0 + NS + int(decision.requeue_after * NS)
+    decision = derive(spec(), decision.status, None, later)
     assert decision.create_pod
+    assert decision.status["taskStates"]["server"]["restarts"] == 1
+    decision.status["podCreated"] = True
     # The new pod's container starts over at restartCount 0 and is reported as a new start.
     decision = derive(spec(), decision.status, pod([running("server", T0 + 3 * NS)]), T0 + 3 * NS)
     assert decision.status["taskStates"]["server"]["state"] == "running"

@@ -49,7 +49,8 @@ class KubeEvent:
 
 @dataclass
 class Decision:
-    """What the reconciler should do: write `status`, and maybe create or delete the pod."""
+    """What the reconciler should do: write `status`, maybe create or delete the pod, and
+    maybe look again after `requeue_after` seconds (a restart delay)."""
 
     status: dict[str, Any]
     create_pod: bool = False
@@ -214,7 +215,10 @@ class _Derivation:
                 self.finish_killed()
             elif self.status.get("podCreated"):
                 self.pod_vanished()
+            elif self.now < int(self.status.get("startAfter", 0)):
+                self.decision.requeue_after = (int(self.status["startAfter"]) - self.now) / NS
             else:
+                self.status.pop("startAfter", None)
                 self.decision.create_pod = True
                 for task in self.spec.tasks:
                     events = self.tasks.states[task.name]["events"]
@@ -369,7 +373,9 @@ class _Derivation:
             seen["restartTimes"] = [*history, self.now]
             self.restarting(task, "Pod was deleted")
         if restart:
-            self.decision.create_pod = True
+            # The next pass (after the policy's delay) creates the new pod.
+            self.status["podCreated"] = False
+            self.status["startAfter"] = self.now + int(self.policy.delay_seconds * NS)
             self.decision.requeue_after = self.policy.delay_seconds
 
     def finish_killed(self) -> None:

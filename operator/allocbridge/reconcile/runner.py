@@ -10,22 +10,76 @@ from __future__ import annotations
 import asyncio
 import logging
 import threading
+from typing import Any
 
 import kopf
 
 from allocbridge.cluster.connection import Credentials
+from allocbridge.cluster.resources import GROUP, PLURAL, VERSION, Kube
 from allocbridge.config import KubernetesSettings
+from allocbridge.model.pods import (
+    ANNOTATION_ALLOC_NAME,
+    LABEL_MANAGED_BY,
+    MANAGED_BY,
+    PodSettings,
+)
+from allocbridge.reconcile.allocations import Reconciler
 
 log = logging.getLogger(__name__)
 
 
-def build_registry(credentials: Credentials) -> kopf.OperatorRegistry:
-    """The handlers this operator runs; login uses the credentials the process already loaded."""
+def build_registry(credentials: Credentials, settings: KubernetesSettings) -> kopf.OperatorRegistry:
+    """The handlers this operator runs; login uses the credentials the process already loaded.
+
+    Only low-level `on.event` handlers are used: they add no finalizers and no annotations, so
+    an Allocation never gets stuck when the operator is down, and reconciliation stays
+    level-triggered (see `allocbridge.reconcile.allocations`).
+    """
     registry = kopf.OperatorRegistry()
+    state: dict[str, Any] = {}
+    pod_settings = PodSettings(mhz_per_cpu=settings.mhz_per_cpu, exec_image=settings.exec_image)
 
     @kopf.on.login(registry=registry)
     def login(**_: object) -> kopf.ConnectionInfo:
         return credentials.kopf_connection()
+
+    @kopf.on.startup(registry=registry)
+    async def startup(**_: Any) -> None:
+        api = credentials.api_client()
+        state["api"] = api
+        state["reconciler"] = Reconciler(Kube(api), pod_settings)
+
+    @kopf.on.cleanup(registry=registry)
+    async def cleanup(**_: Any) -> None:
+        reconciler: Reconciler | None = state.get("reconciler")
+        if reconciler is not None:
+            await reconciler.stop()
+        api = state.get("api")
+        if api is not None:
+            await api.close()
+
+    @kopf.on.event(GROUP, VERSION, PLURAL, registry=registry)
+    def allocation_changed(namespace: str | None, name: str, **_: Any) -> None:
+        state["reconciler"].schedule(namespace or "", name)
+
+    @kopf.on.event("", "v1", "pods", labels={LABEL_MANAGED_BY: MANAGED_BY}, registry=registry)
+    def pod_changed(
+        namespace: str | None, name: str, annotations: kopf.Annotations, **_: Any
+    ) -> None:
+        alloc = annotations.get(ANNOTATION_ALLOC_NAME, name)
+        state["reconciler"].schedule(namespace or "", alloc)
+
+    def about_our_pod(body: kopf.Body, **_: Any) -> bool:
+        involved = body.get("involvedObject") or {}
+        return bool(involved.get("kind") == "Pod" and involved.get("name"))
+
+    @kopf.on.event("", "v1", "events", when=about_our_pod, registry=registry)
+    def pod_event(body: kopf.Body, **_: Any) -> None:
+        involved = body["involvedObject"]
+        reconciler: Reconciler = state["reconciler"]
+        key = (involved.get("namespace", ""), involved["name"])
+        if key in reconciler.known:
+            reconciler.schedule(*key)
 
     return registry
 
@@ -59,7 +113,7 @@ class OperatorThread:
         settings.networking.error_backoffs = [1, 1, 2, 3, 5, 8]
         namespaces = self.settings.namespaces
         await kopf.operator(
-            registry=build_registry(self.credentials),
+            registry=build_registry(self.credentials, self.settings),
             settings=settings,
             standalone=self.settings.standalone,
             priority=self.settings.priority,

@@ -1,0 +1,138 @@
+"""Typed helpers for the Kubernetes objects allocbridge reads and writes.
+
+Thin wrappers over kubernetes_asyncio that speak plain dicts (the JSON the API server sends),
+so the pure code in `allocbridge.model` never sees client model classes, and that turn "not
+found" and "already exists" into values instead of exceptions where callers expect them.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from typing import Any, Final, cast
+
+from kubernetes_asyncio import client
+from kubernetes_asyncio.client.exceptions import ApiException
+
+GROUP: Final = "allocbridge.io"
+VERSION: Final = "v1"
+PLURAL: Final = "allocations"
+
+Json = dict[str, Any]
+
+
+async def _raw(call: Any) -> Json:
+    """Run a client call with `_preload_content=False` and decode the JSON body.
+
+    The generated models are slow to build and lose unknown fields; the raw JSON is what
+    the model layer expects.
+    """
+    response = await call
+    async with response:
+        body = await response.read()
+    return cast(Json, json.loads(body))
+
+
+class Kube:
+    """The calls the operator makes, on one ApiClient."""
+
+    def __init__(self, api: client.ApiClient) -> None:
+        self.api = api
+        # Typed as Any: we pass dicts and read raw JSON, which the generated stubs do not model.
+        self.core: Any = client.CoreV1Api(api)
+        self.custom: Any = client.CustomObjectsApi(api)
+
+    async def get_allocation(self, namespace: str, name: str) -> Json | None:
+        try:
+            return await _raw(
+                self.custom.get_namespaced_custom_object(
+                    GROUP, VERSION, namespace, PLURAL, name, _preload_content=False
+                )
+            )
+        except ApiException as exc:
+            if exc.status == 404:
+                return None
+            raise
+
+    async def create_allocation(self, namespace: str, body: Mapping[str, Any]) -> Json:
+        return await _raw(
+            self.custom.create_namespaced_custom_object(
+                GROUP, VERSION, namespace, PLURAL, body, _preload_content=False
+            )
+        )
+
+    async def patch_allocation_status(
+        self, namespace: str, name: str, status: Mapping[str, Any], resource_version: str | None
+    ) -> Json:
+        """A merge patch of `status`; with a resourceVersion it fails on a concurrent write."""
+        patch: Json = {"status": status}
+        if resource_version:
+            patch["metadata"] = {"resourceVersion": resource_version}
+        return await _raw(
+            self.custom.patch_namespaced_custom_object_status(
+                GROUP,
+                VERSION,
+                namespace,
+                PLURAL,
+                name,
+                patch,
+                _content_type="application/merge-patch+json",
+                _preload_content=False,
+            )
+        )
+
+    async def get_pod(self, namespace: str, name: str) -> Json | None:
+        try:
+            return await _raw(
+                self.core.read_namespaced_pod(name, namespace, _preload_content=False)
+            )
+        except ApiException as exc:
+            if exc.status == 404:
+                return None
+            raise
+
+    async def create_pod(self, namespace: str, body: Mapping[str, Any]) -> Json | None:
+        """Create the pod; None when one of that name exists already (creation is idempotent)."""
+        try:
+            return await _raw(
+                self.core.create_namespaced_pod(namespace, body, _preload_content=False)
+            )
+        except ApiException as exc:
+            if exc.status == 409:
+                return None
+            raise
+
+    async def delete_pod(
+        self, namespace: str, name: str, grace_seconds: int | None = None, uid: str | None = None
+    ) -> bool:
+        """Delete the pod (only the one with `uid` when given); False when it was not there."""
+        options = client.V1DeleteOptions(
+            grace_period_seconds=grace_seconds,
+            preconditions=client.V1Preconditions(uid=uid) if uid else None,
+        )
+        try:
+            await self.core.delete_namespaced_pod(name, namespace, body=options)
+        except ApiException as exc:
+            if exc.status in (404, 409):
+                return False
+            raise
+        return True
+
+    async def pod_events(self, namespace: str, pod_uid: str) -> list[Json]:
+        body = await _raw(
+            self.core.list_namespaced_event(
+                namespace,
+                field_selector=f"involvedObject.uid={pod_uid}",
+                _preload_content=False,
+            )
+        )
+        return cast(list[Json], body.get("items", []))
+
+    async def node_uid(self, name: str) -> str | None:
+        try:
+            node = await _raw(self.core.read_node(name, _preload_content=False))
+        except ApiException as exc:
+            if exc.status in (403, 404):
+                return None
+            raise
+        return cast(str | None, node.get("metadata", {}).get("uid"))
