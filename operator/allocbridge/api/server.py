@@ -1,21 +1,66 @@
-"""The API listener's aiohttp application.
+"""The API listener's aiohttp application: middlewares, routes, shutdown.
 
-Unknown paths answer 404 with an empty body, like Nomad's root fall-through handler.
+Layout (one module per job, Nomad's one-handler-per-resource style):
+
+- `query`: query options parsed once into `QueryOptions`; `ids`: path IDs and prefixes;
+- `errors`: `ApiError` and the middleware that renders every error; `render`: JSON bodies and
+  the `X-Nomad-*` headers; `blocking`: blocking queries over the store;
+- `routing`: endpoint registration, 405s and Nomad's fall-throughs;
+- one module per resource: `allocations` (list), `allocation` (read), `services`, `checks`,
+  and `openapi` (the document describing them all).
+
+Write endpoints slot in as modules of their own, each exporting `ENDPOINTS`, appended to
+`_ENDPOINT_MODULES` below (before the fall-throughs): `stop` (`/v1/allocation/:id/stop`),
+`signal`, `restart`, `pause` and `exec` (`/v1/client/allocation/:id/...`).
 """
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+from typing import Final
+
 from aiohttp import web
 
+from allocbridge.api import allocation, allocations, checks, openapi, services
+from allocbridge.api.context import CONTEXT, ApiContext
+from allocbridge.api.errors import error_middleware
+from allocbridge.api.routing import Endpoint, add_endpoints, add_fallthroughs
+from allocbridge.auth import Authorizer
+from allocbridge.store import AllocationStore
 from allocbridge.telemetry import Metrics, request_metrics
 
+#: Seconds a request waits for the store's first full list before answering 503.
+DEFAULT_SYNC_TIMEOUT: Final = 10.0
 
-def create_app(metrics: Metrics) -> web.Application:
-    """Build the `/v1` application."""
-    app = web.Application(middlewares=[request_metrics(metrics, "api")])
-    app.router.add_route("*", "/{tail:.*}", _not_found)
+_ENDPOINT_MODULES: Final[Sequence[Sequence[Endpoint]]] = (
+    allocations.ENDPOINTS,
+    allocation.ENDPOINTS,
+    services.ENDPOINTS,
+    checks.ENDPOINTS,
+    openapi.ENDPOINTS,
+)
+
+
+def create_app(
+    metrics: Metrics,
+    *,
+    store: AllocationStore,
+    authorizer: Authorizer,
+    sync_timeout: float = DEFAULT_SYNC_TIMEOUT,
+) -> web.Application:
+    """Build the `/v1` application over `store`, asking `authorizer` about every request.
+
+    On shutdown the store's parked blocking queries are released, so they answer at once
+    with their current data instead of being cut off.
+    """
+    app = web.Application(middlewares=[request_metrics(metrics, "api"), error_middleware])
+    app[CONTEXT] = ApiContext(store=store, authorizer=authorizer, sync_timeout=sync_timeout)
+    for endpoints in _ENDPOINT_MODULES:
+        add_endpoints(app.router, endpoints)
+    add_fallthroughs(app.router)
+    app.on_shutdown.append(_release_waiters)
     return app
 
 
-async def _not_found(request: web.Request) -> web.Response:
-    return web.Response(status=404)
+async def _release_waiters(app: web.Application) -> None:
+    app[CONTEXT].store.close()

@@ -1,0 +1,52 @@
+"""`GET /v1/allocation/:alloc_id`: one allocation, full ID only, with blocking.
+
+The index is the allocation's ModifyIndex, or the store's index when it is unknown; the 404
+`alloc not found` carries the metadata headers too, as Nomad's does. The caller needs
+`read-job` on the allocation's namespace; for an unknown ID the check runs on the request's
+`namespace`, so a bad token gets 403 whether or not the ID exists.
+
+Deviation: a caller without `read-job` gets 403 `Permission denied`; Nomad answers 500
+`Unknown allocation "<id>"`.
+"""
+
+from __future__ import annotations
+
+from aiohttp import web
+
+from allocbridge.api.blocking import blocking_query
+from allocbridge.api.context import caller, context, synced_store
+from allocbridge.api.errors import ApiError
+from allocbridge.api.ids import parse_alloc_id
+from allocbridge.api.query import parse_query
+from allocbridge.api.render import json_response, meta_headers, render
+from allocbridge.api.routing import ALLOC_ID, Endpoint
+from allocbridge.auth import READ_JOB
+from allocbridge.store import StoredAllocation
+
+ALLOC_NOT_FOUND = "alloc not found"
+
+
+async def read_allocation(request: web.Request) -> web.StreamResponse:
+    query = parse_query(request.query)
+    alloc_id = parse_alloc_id(request.match_info["alloc_id"])
+    ctx = context(request)
+    who = caller(request)
+    store = await synced_store(ctx)
+    found = store.get(alloc_id) if alloc_id else None
+    checked = found.namespace if found else query.namespace
+    await ctx.authorizer.check(who, READ_JOB, checked)
+
+    def run() -> tuple[int, StoredAllocation | None]:
+        alloc = store.get(alloc_id) if alloc_id else None
+        return (store.index if alloc is None else alloc.modify_index), alloc
+
+    index, alloc = await blocking_query(store, query, run)
+    if alloc is None:
+        raise ApiError(404, ALLOC_NOT_FOUND, headers=meta_headers(index))
+    if alloc.namespace != checked:  # it appeared while the request was parked
+        await ctx.authorizer.check(who, READ_JOB, alloc.namespace)
+    body = render(alloc.wire, pretty=True) if query.pretty else alloc.wire_json
+    return json_response(body, headers=meta_headers(index))
+
+
+ENDPOINTS = [Endpoint(f"/v1/allocation/{ALLOC_ID}", {"GET": read_allocation})]

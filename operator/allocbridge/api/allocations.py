@@ -1,0 +1,106 @@
+"""`GET /v1/allocations`: list allocation stubs with prefix, filter, paging and blocking.
+
+Order of checks, as in Nomad: query options, then `resources`/`task_states`, then the ACL,
+then the prefix, then the filter's syntax; filter evaluation errors surface while the page is
+read. With `namespace=*`, the caller needs `read-job` somewhere and sees only the namespaces
+where it has it (possibly none: `[]`, not 403).
+
+Deviation: the namespace ACL is applied before the filter (Nomad filters first), so a filter
+never runs on, nor fails because of, an allocation the caller may not read.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from aiohttp import web
+
+from allocbridge.api.blocking import blocking_query
+from allocbridge.api.context import caller, context, synced_store
+from allocbridge.api.errors import ApiError
+from allocbridge.api.ids import parse_prefix
+from allocbridge.api.query import StubFields, parse_query, parse_stub_fields
+from allocbridge.api.render import json_response, meta_headers, render
+from allocbridge.api.routing import Endpoint
+from allocbridge.auth import ALL_NAMESPACES, READ_JOB
+from allocbridge.model.filter import FilterEvaluationError, FilterSyntaxError, compile_filter
+from allocbridge.store import Page, StoredAllocation, list_page
+
+Predicate = Callable[[StoredAllocation], bool]
+
+
+async def list_allocations(request: web.Request) -> web.StreamResponse:
+    query = parse_query(request.query)
+    fields = parse_stub_fields(request.query)
+    ctx = context(request)
+    who = caller(request)
+    await ctx.authorizer.check(who, READ_JOB, query.namespace)
+    every_namespace = query.namespace == ALL_NAMESPACES
+    allowed = (
+        await ctx.authorizer.allowed_namespaces(who, READ_JOB, ctx.store.namespaces())
+        if every_namespace
+        else None
+    )
+    prefix = parse_prefix(query.prefix) if query.prefix else None
+    accept = _predicate(query.filter, allowed)
+    store = await synced_store(ctx)
+    namespace = None if every_namespace else query.namespace
+
+    def run() -> tuple[int, Page[StoredAllocation]]:
+        page = list_page(
+            store,
+            namespace=namespace,
+            prefix=prefix,
+            reverse=query.reverse,
+            per_page=query.per_page,
+            next_token=query.next_token,
+            accept=accept,
+        )
+        return store.index, page
+
+    try:
+        index, page = await blocking_query(store, query, run)
+    except FilterEvaluationError as exc:
+        raise ApiError(400, f"failed to read result page: {exc}") from exc
+    body = _body(page.items, fields, pretty=query.pretty)
+    return json_response(body, headers=meta_headers(index, next_token=page.next_token))
+
+
+def _predicate(expression: str, allowed: frozenset[str] | None) -> Predicate | None:
+    """The per-allocation test: namespace ACL first, then the filter; None when neither."""
+    matches = None
+    if expression:
+        try:
+            matches = compile_filter(expression).matches
+        except FilterSyntaxError as exc:
+            raise ApiError(
+                400, f"failed to create result paginator: failed to read filter expression: {exc}"
+            ) from exc
+    if allowed is None:
+        if matches is None:
+            return None
+        filter_matches = matches
+        return lambda alloc: filter_matches(alloc.filter_datum)
+    if matches is None:
+        return lambda alloc: alloc.namespace in allowed
+    both = matches
+    return lambda alloc: alloc.namespace in allowed and both(alloc.filter_datum)
+
+
+def _body(items: list[StoredAllocation], fields: StubFields, *, pretty: bool) -> bytes:
+    """The JSON array: joined pre-rendered stubs, or (pretty) one indented document."""
+    if pretty:
+        stubs = [
+            alloc.stub_dict(task_states=fields.task_states, resources=fields.resources)
+            for alloc in items
+        ]
+        return render(stubs, pretty=True)
+    task_states, resources = fields.task_states, fields.resources
+    return (
+        b"["
+        + b",".join([a.stub_json(task_states=task_states, resources=resources) for a in items])
+        + b"]"
+    )
+
+
+ENDPOINTS = [Endpoint("/v1/allocations", {"GET": list_allocations})]

@@ -1,0 +1,42 @@
+"""`GET /v1/allocation/:alloc_id/checks` and `/v1/client/allocation/:alloc_id/checks`.
+
+The latest result of each health check, keyed by check ID. Like Nomad's client endpoints: no
+blocking, no `X-Nomad-*` headers, and an unknown allocation is 404 `Unknown allocation "<id>"`.
+The caller needs `read-job` on the allocation's namespace (the request's, for an unknown ID).
+
+Deviations: only GET is served (Nomad accepts any method here); an allocation without results
+answers `{}` where Nomad's client may answer `null`.
+"""
+
+from __future__ import annotations
+
+from aiohttp import web
+
+from allocbridge.api.context import caller, context, synced_store
+from allocbridge.api.errors import ApiError
+from allocbridge.api.goformat import go_quote
+from allocbridge.api.ids import parse_alloc_id
+from allocbridge.api.query import parse_query
+from allocbridge.api.render import json_response, render
+from allocbridge.api.routing import ALLOC_ID, Endpoint
+from allocbridge.auth import READ_JOB
+
+
+async def allocation_checks(request: web.Request) -> web.StreamResponse:
+    query = parse_query(request.query)
+    raw_id = request.match_info["alloc_id"]
+    alloc_id = parse_alloc_id(raw_id)
+    ctx = context(request)
+    store = await synced_store(ctx)
+    alloc = store.get(alloc_id) if alloc_id else None
+    namespace = query.namespace if alloc is None else alloc.namespace
+    await ctx.authorizer.check(caller(request), READ_JOB, namespace)
+    if alloc is None:
+        raise ApiError(404, f"Unknown allocation {go_quote(raw_id)}")
+    return json_response(render(dict(alloc.checks), pretty=query.pretty))
+
+
+ENDPOINTS = [
+    Endpoint(f"/v1/allocation/{ALLOC_ID}/checks", {"GET": allocation_checks}),
+    Endpoint(f"/v1/client/allocation/{ALLOC_ID}/checks", {"GET": allocation_checks}),
+]

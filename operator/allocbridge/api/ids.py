@@ -1,0 +1,68 @@
+"""Allocation IDs and ID prefixes, checked as Nomad's memdb UUID index checks them.
+
+The checks run in memdb's order and fail with its reasons (lengths count UTF-8 bytes, as Go's
+`len` does; the hex decoder names the first bad byte). Nomad answers these with 500; we answer
+400, the status for bad input (design.md section 3), keeping the text
+`alloc lookup failed: index error: <reason>`.
+"""
+
+from __future__ import annotations
+
+from typing import Final
+
+from allocbridge.api.errors import ApiError
+from allocbridge.api.goformat import go_unicode
+
+_HEX: Final = frozenset(b"0123456789abcdefABCDEF")
+UUID_LENGTH: Final = 36
+
+
+class InvalidUUIDError(ValueError):
+    """Text that memdb's UUID index rejects; the message is memdb's reason."""
+
+
+def decode_uuid_text(text: str, *, full: bool) -> str:
+    """The lower-case hex digits of a UUID (`full`) or of a UUID prefix; raises InvalidUUIDError."""
+    raw = text.encode("utf-8")
+    if full and len(raw) != UUID_LENGTH:
+        raise InvalidUUIDError("UUID must be 36 characters")
+    if len(raw) > UUID_LENGTH:
+        raise InvalidUUIDError(f"Invalid UUID length. UUID have 36 characters; got {len(raw)}")
+    hyphens = raw.count(b"-")
+    if hyphens > 4:
+        raise InvalidUUIDError(f'UUID should have maximum of 4 "-"; got {hyphens}')
+    digits = raw.replace(b"-", b"")
+    if len(digits) % 2:
+        raise InvalidUUIDError("Input (without hyphens) must be even length")
+    for byte in digits:
+        if byte not in _HEX:
+            raise InvalidUUIDError(f"Invalid UUID: encoding/hex: invalid byte: {go_unicode(byte)}")
+    return digits.decode("ascii").lower()
+
+
+def lookup_error(exc: InvalidUUIDError) -> ApiError:
+    return ApiError(400, f"alloc lookup failed: index error: {exc}")
+
+
+def parse_alloc_id(text: str) -> str | None:
+    """The canonical ID to look up for a path `:alloc_id`; raises the 400 ApiError.
+
+    Only full IDs work (no prefix resolution, as in Nomad). Hyphen placement and case do not
+    matter, since memdb compares decoded bytes; 36 characters that decode to other than 16
+    bytes are well-formed but can match nothing, which gives None.
+    """
+    try:
+        digits = decode_uuid_text(text, full=True)
+    except InvalidUUIDError as exc:
+        raise lookup_error(exc) from exc
+    if len(digits) != 32:
+        return None
+    return f"{digits[:8]}-{digits[8:12]}-{digits[12:16]}-{digits[16:20]}-{digits[20:]}"
+
+
+def parse_prefix(text: str) -> str:
+    """The lower-case hex digits of a `prefix` query parameter; raises the 400 ApiError."""
+    try:
+        return decode_uuid_text(text, full=False)
+    except InvalidUUIDError as exc:
+        raise lookup_error(exc) from exc

@@ -1,0 +1,438 @@
+"""The OpenAPI 3 description of the `/v1` API, served at `GET /v1/openapi.json`.
+
+A static document: a test compares its paths and methods with the router's, so an endpoint
+added without its description (or the reverse) fails the build. Write endpoints add their
+operations here when they land.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Final
+
+from aiohttp import web
+
+from allocbridge.api.query import wants_pretty
+from allocbridge.api.render import json_response, render
+from allocbridge.api.routing import Endpoint
+
+Json = dict[str, Any]
+
+
+def _ref(kind: str, name: str) -> Json:
+    return {"$ref": f"#/components/{kind}/{name}"}
+
+
+def _param(name: str, where: str, schema: Json, description: str, **extra: Any) -> Json:
+    return {"name": name, "in": where, "schema": schema, "description": description, **extra}
+
+
+_STRING: Final[Json] = {"type": "string"}
+_INT: Final[Json] = {"type": "integer", "format": "int64"}
+_BOOL: Final[Json] = {"type": "boolean"}
+_NULLABLE_BOOL: Final[Json] = {"type": "boolean", "nullable": True}
+_NS_TIME: Final[Json] = {"type": "integer", "format": "int64", "description": "Unix nanoseconds"}
+_ANY_OBJECT: Final[Json] = {"type": "object", "additionalProperties": True}
+
+_META_HEADERS: Final[Json] = {
+    "X-Nomad-Index": _ref("headers", "Index"),
+    "X-Nomad-KnownLeader": _ref("headers", "KnownLeader"),
+    "X-Nomad-LastContact": _ref("headers", "LastContact"),
+}
+
+_BLOCKING: Final = [_ref("parameters", "index"), _ref("parameters", "wait")]
+_COMMON: Final = [
+    _ref("parameters", "stale"),
+    _ref("parameters", "region"),
+    _ref("parameters", "pretty"),
+]
+
+
+def _ok(description: str, schema: Json, *, meta: bool, list_headers: bool = False) -> Json:
+    response: Json = {
+        "description": description,
+        "content": {"application/json": {"schema": schema}},
+    }
+    headers = dict(_META_HEADERS) if meta else {}
+    if list_headers:
+        headers["X-Nomad-NextToken"] = _ref("headers", "NextToken")
+        headers["X-Service-NextToken"] = _ref("headers", "NextToken")
+    if headers:
+        response["headers"] = headers
+    return response
+
+
+def _errors(*codes: str) -> Json:
+    return {code: _ref("responses", f"Error{code}") for code in codes}
+
+
+def _task_state() -> Json:
+    return {
+        "type": "object",
+        "properties": {
+            "State": {"type": "string", "enum": ["pending", "running", "dead"]},
+            "Failed": _BOOL,
+            "Restarts": _INT,
+            "LastRestart": {"type": "string", "format": "date-time", "nullable": True},
+            "StartedAt": {"type": "string", "format": "date-time", "nullable": True},
+            "FinishedAt": {"type": "string", "format": "date-time", "nullable": True},
+            "TaskHandle": {"type": "object", "nullable": True},
+            "Events": {"type": "array", "items": _ref("schemas", "TaskEvent"), "nullable": True},
+        },
+    }
+
+
+def _task_event() -> Json:
+    strings = [
+        "Type", "DisplayMessage", "Message", "RestartReason", "SetupError", "DriverError",
+        "DriverMessage", "KillError", "KillReason", "DownloadError", "ValidationError",
+        "FailedSibling", "VaultError", "TaskSignalReason", "TaskSignal", "GenericSource",
+    ]  # fmt: skip
+    properties: Json = {name: _STRING for name in strings}
+    properties.update(
+        {
+            "Time": _NS_TIME,
+            "Details": {"type": "object", "additionalProperties": _STRING, "nullable": True},
+            "FailsTask": _BOOL,
+            "ExitCode": _INT,
+            "Signal": _INT,
+            "KillTimeout": _INT,
+            "StartDelay": _INT,
+            "DiskLimit": _INT,
+        }
+    )
+    return {"type": "object", "properties": properties}
+
+
+def _stub() -> Json:
+    strings = [
+        "ID", "EvalID", "FollowupEvalID", "Name", "Namespace", "NodeID", "NodeName", "JobID",
+        "JobType", "TaskGroup", "PreemptedByAllocation", "NextAllocation", "ClientStatus",
+        "ClientDescription", "DesiredStatus", "DesiredDescription",
+    ]  # fmt: skip
+    properties: Json = {name: _STRING for name in strings}
+    properties.update(
+        {
+            "JobVersion": _INT,
+            "CreateIndex": _INT,
+            "ModifyIndex": _INT,
+            "CreateTime": _NS_TIME,
+            "ModifyTime": _NS_TIME,
+            "DeploymentStatus": {
+                "type": "object",
+                "nullable": True,
+                "properties": {
+                    "Canary": _BOOL,
+                    "Healthy": _NULLABLE_BOOL,
+                    "ModifyIndex": _INT,
+                    "Timestamp": {"type": "string", "format": "date-time"},
+                },
+            },
+            "DesiredTransition": _ref("schemas", "DesiredTransition"),
+            "PreemptedAllocations": {"type": "array", "items": _STRING, "nullable": True},
+            "RescheduleTracker": _ref("schemas", "RescheduleTracker"),
+            "TaskStates": {
+                "type": "object",
+                "nullable": True,
+                "additionalProperties": _ref("schemas", "TaskState"),
+            },
+            "AllocatedResources": {**_ANY_OBJECT, "description": "Only with resources=true"},
+        }
+    )
+    return {"type": "object", "properties": properties}
+
+
+def _allocation() -> Json:
+    strings = [
+        "ID", "Namespace", "EvalID", "Name", "NodeID", "NodeName", "JobID", "TaskGroup",
+        "DesiredStatus", "DesiredDescription", "ClientStatus", "ClientDescription",
+        "PreviousAllocation", "NextAllocation", "DeploymentID", "FollowupEvalID",
+        "PreemptedByAllocation",
+    ]  # fmt: skip
+    properties: Json = {name: _STRING for name in strings}
+    properties.update(
+        {
+            "CreateIndex": _INT,
+            "ModifyIndex": _INT,
+            "AllocModifyIndex": _INT,
+            "CreateTime": _NS_TIME,
+            "ModifyTime": _NS_TIME,
+            "Job": {
+                **_ANY_OBJECT,
+                "description": "The job as it was when the allocation was placed",
+            },
+            "Resources": _ref("schemas", "Resources"),
+            "SharedResources": _ref("schemas", "Resources"),
+            "TaskResources": {
+                "type": "object",
+                "additionalProperties": _ref("schemas", "Resources"),
+            },
+            "AllocatedResources": _ANY_OBJECT,
+            "Metrics": _ANY_OBJECT,
+            "DesiredTransition": _ref("schemas", "DesiredTransition"),
+            "TaskStates": {"type": "object", "additionalProperties": _ref("schemas", "TaskState")},
+            "DeploymentStatus": _ANY_OBJECT,
+            "RescheduleTracker": _ref("schemas", "RescheduleTracker"),
+            "PreemptedAllocations": {"type": "array", "items": _STRING},
+        }
+    )
+    return {
+        "type": "object",
+        "description": "Zero-valued top-level fields are left out, as Nomad does.",
+        "properties": properties,
+    }
+
+
+def _schemas() -> Json:
+    return {
+        "AllocationListStub": _stub(),
+        "Allocation": _allocation(),
+        "TaskState": _task_state(),
+        "TaskEvent": _task_event(),
+        "DesiredTransition": {
+            "type": "object",
+            "properties": {
+                name: _NULLABLE_BOOL
+                for name in (
+                    "ForceReschedule",
+                    "Migrate",
+                    "MigrateDisablePlacement",
+                    "NoShutdownDelay",
+                    "Reschedule",
+                )
+            },
+        },
+        "RescheduleTracker": {
+            "type": "object",
+            "nullable": True,
+            "properties": {
+                "LastReschedule": _STRING,
+                "Events": {
+                    "type": "array",
+                    "items": {
+                        "type": "object",
+                        "properties": {
+                            "PrevAllocID": _STRING,
+                            "PrevNodeID": _STRING,
+                            "RescheduleTime": _NS_TIME,
+                            "Delay": _INT,
+                        },
+                    },
+                },
+            },
+        },
+        "Resources": {
+            "type": "object",
+            "properties": {
+                "CPU": _INT,
+                "MemoryMB": _INT,
+                "DiskMB": _INT,
+                "Networks": {"type": "array", "items": _ANY_OBJECT, "nullable": True},
+            },
+        },
+        "ServiceRegistration": {
+            "type": "object",
+            "properties": {
+                **{
+                    name: _STRING
+                    for name in (
+                        "Address",
+                        "AllocID",
+                        "Datacenter",
+                        "ID",
+                        "JobID",
+                        "Namespace",
+                        "NodeID",
+                        "ServiceName",
+                    )
+                },
+                "CreateIndex": _INT,
+                "ModifyIndex": _INT,
+                "Port": _INT,
+                "Tags": {"type": "array", "items": _STRING, "nullable": True},
+            },
+        },
+        "CheckQueryResult": {
+            "type": "object",
+            "properties": {
+                **{
+                    name: _STRING
+                    for name in ("Check", "Group", "ID", "Mode", "Output", "Service", "Task")
+                },
+                "Status": {"type": "string", "enum": ["success", "failure", "pending"]},
+                "StatusCode": _INT,
+                "Timestamp": {"type": "integer", "format": "int64", "description": "Unix seconds"},
+            },
+        },
+    }
+
+
+def _parameters() -> Json:
+    return {
+        "alloc_id": _param(
+            "alloc_id", "path", _STRING, "The full 36-character allocation ID", required=True
+        ),
+        "index": _param("index", "query", _INT, "Block until the index is above this one"),
+        "wait": _param(
+            "wait", "query", _STRING, "Go duration to block for; default and maximum 5m"
+        ),
+        "stale": _param("stale", "query", _STRING, "Accepted; every replica answers"),
+        "region": _param("region", "query", _STRING, "Accepted and ignored"),
+        "pretty": _param("pretty", "query", _STRING, "Indent the JSON body"),
+        "namespace": _param(
+            "namespace", "query", {"type": "string", "default": "default"}, "`*` for all"
+        ),
+        "prefix": _param("prefix", "query", _STRING, "Even number of hex digits; sorts by ID"),
+        "filter": _param("filter", "query", _STRING, "go-bexpr filter on the full allocation"),
+        "per_page": _param(
+            "per_page", "query", {"type": "integer", "format": "int32"}, "Page size"
+        ),
+        "next_token": _param("next_token", "query", _STRING, "Token naming the next page"),
+        "reverse": _param("reverse", "query", _BOOL, "Reverse the order"),
+        "resources": _param("resources", "query", _BOOL, "Include AllocatedResources"),
+        "task_states": _param("task_states", "query", _BOOL, "Include TaskStates (default)"),
+    }
+
+
+def _responses() -> Json:
+    text = {"text/plain": {"schema": _STRING}}
+    return {
+        f"Error{code}": {"description": description, "content": text}
+        for code, description in (
+            ("400", "Bad input; the body is Nomad's error text"),
+            ("403", "`Permission denied`"),
+            ("404", "Unknown allocation or resource"),
+            ("405", "`Invalid method`"),
+            ("503", "The replica has not loaded the allocations yet"),
+        )
+    }
+
+
+def _headers() -> Json:
+    return {
+        "Index": {"schema": _STRING, "description": "Index for blocking queries (>= 1)"},
+        "KnownLeader": {"schema": _STRING, "description": "Always `true`"},
+        "LastContact": {"schema": _STRING, "description": "Milliseconds; always `0`"},
+        "NextToken": {"schema": _STRING, "description": "The next page's token, when there is one"},
+    }
+
+
+def _paths() -> Json:
+    alloc_id = [_ref("parameters", "alloc_id")]
+    checks = {
+        "get": {
+            "summary": "Read the allocation's health check results",
+            "description": "ACL: namespace read-job. Not blocking.",
+            "parameters": [*alloc_id, _ref("parameters", "namespace"), *_COMMON],
+            "responses": {
+                "200": _ok(
+                    "Check ID to latest result",
+                    {"type": "object", "additionalProperties": _ref("schemas", "CheckQueryResult")},
+                    meta=False,
+                ),
+                **_errors("400", "403", "404", "405", "503"),
+            },
+        }
+    }
+    return {
+        "/v1/allocations": {
+            "get": {
+                "summary": "List allocations",
+                "description": "ACL: namespace read-job. Blocking: yes.",
+                "parameters": [
+                    _ref("parameters", name)
+                    for name in (
+                        "namespace",
+                        "prefix",
+                        "filter",
+                        "per_page",
+                        "next_token",
+                        "reverse",
+                        "resources",
+                        "task_states",
+                    )
+                ]
+                + _BLOCKING
+                + _COMMON,
+                "responses": {
+                    "200": _ok(
+                        "Allocation stubs",
+                        {"type": "array", "items": _ref("schemas", "AllocationListStub")},
+                        meta=True,
+                        list_headers=True,
+                    ),
+                    **_errors("400", "403", "405", "503"),
+                },
+            }
+        },
+        "/v1/allocation/{alloc_id}": {
+            "get": {
+                "summary": "Read an allocation",
+                "description": "ACL: namespace read-job. Blocking: yes.",
+                "parameters": [*alloc_id, _ref("parameters", "namespace"), *_BLOCKING, *_COMMON],
+                "responses": {
+                    "200": _ok("The allocation", _ref("schemas", "Allocation"), meta=True),
+                    **_errors("400", "403", "404", "405", "503"),
+                },
+            }
+        },
+        "/v1/allocation/{alloc_id}/services": {
+            "get": {
+                "summary": "Read the allocation's service registrations",
+                "description": "ACL: read-job on the request namespace. Blocking: yes.",
+                "parameters": [*alloc_id, _ref("parameters", "namespace"), *_BLOCKING, *_COMMON],
+                "responses": {
+                    "200": _ok(
+                        "Service registrations",
+                        {"type": "array", "items": _ref("schemas", "ServiceRegistration")},
+                        meta=True,
+                    ),
+                    **_errors("400", "403", "404", "405", "503"),
+                },
+            }
+        },
+        "/v1/allocation/{alloc_id}/checks": checks,
+        "/v1/client/allocation/{alloc_id}/checks": checks,
+        "/v1/openapi.json": {
+            "get": {
+                "summary": "This document",
+                "parameters": [_ref("parameters", "pretty")],
+                "responses": {"200": _ok("OpenAPI 3 document", _ANY_OBJECT, meta=False)},
+            }
+        },
+    }
+
+
+DOCUMENT: Final[Json] = {
+    "openapi": "3.0.3",
+    "info": {
+        "title": "allocbridge allocations API",
+        "version": "1",
+        "description": (
+            "Nomad-compatible allocations API served over Kubernetes. Tokens: `X-Nomad-Token` "
+            "or `Authorization: Bearer`. Errors are plain text with Nomad's messages."
+        ),
+    },
+    "paths": _paths(),
+    "components": {
+        "schemas": _schemas(),
+        "parameters": _parameters(),
+        "responses": _responses(),
+        "headers": _headers(),
+        "securitySchemes": {
+            "nomadToken": {"type": "apiKey", "in": "header", "name": "X-Nomad-Token"},
+            "bearer": {"type": "http", "scheme": "bearer"},
+        },
+    },
+    "security": [{}, {"nomadToken": []}, {"bearer": []}],
+}
+
+_COMPACT: Final = render(DOCUMENT, pretty=False)
+
+
+async def openapi_document(request: web.Request) -> web.StreamResponse:
+    if wants_pretty(request.query):
+        return json_response(render(DOCUMENT, pretty=True))
+    return json_response(_COMPACT)
+
+
+ENDPOINTS = [Endpoint("/v1/openapi.json", {"GET": openapi_document})]

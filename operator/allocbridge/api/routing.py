@@ -1,0 +1,62 @@
+"""Route registration with Nomad's method and fall-through rules.
+
+Each endpoint module exports `ENDPOINTS`: paths with a handler per method. Every endpoint path
+also answers any other method with 405 `Invalid method` (aiohttp's own 405 would carry its own
+body, and a method miss must not fall through to the catch-alls below). After all endpoints,
+the fall-throughs reproduce Nomad's routing for everything else:
+
+- under `/v1/allocation/` and `/v1/client/allocation/`: 404 `resource not found`;
+- anywhere else (including `/v1/allocations/` with its trailing slash): 404, empty body.
+
+aiohttp tries resources with the longest matching path prefix first and, among those, in
+registration order, so the catch-alls must be registered last.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable, Iterable, Mapping
+from dataclasses import dataclass
+
+from aiohttp import web
+
+from allocbridge.api.errors import INVALID_METHOD, RESOURCE_NOT_FOUND, ApiError
+
+Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
+
+#: A path `:alloc_id`: one segment, possibly empty (Nomad reports an empty ID as too short).
+ALLOC_ID = "{alloc_id:[^/]*}"
+
+
+@dataclass(frozen=True)
+class Endpoint:
+    """One path and its handlers by method (upper-case, e.g. `GET`)."""
+
+    path: str
+    handlers: Mapping[str, Handler]
+
+
+def add_endpoints(router: web.UrlDispatcher, endpoints: Iterable[Endpoint]) -> None:
+    for endpoint in endpoints:
+        resource = router.add_resource(endpoint.path)
+        for method, handler in endpoint.handlers.items():
+            resource.add_route(method, handler)
+        resource.add_route("*", invalid_method)
+
+
+def add_fallthroughs(router: web.UrlDispatcher) -> None:
+    """Register the catch-alls; call after every `add_endpoints`."""
+    router.add_route("*", "/v1/allocation/{tail:.*}", resource_not_found)
+    router.add_route("*", "/v1/client/allocation/{tail:.*}", resource_not_found)
+    router.add_route("*", "/{tail:.*}", root_fallthrough)
+
+
+async def invalid_method(request: web.Request) -> web.StreamResponse:
+    raise ApiError(405, INVALID_METHOD)
+
+
+async def resource_not_found(request: web.Request) -> web.StreamResponse:
+    raise ApiError(404, RESOURCE_NOT_FOUND)
+
+
+async def root_fallthrough(request: web.Request) -> web.StreamResponse:
+    return web.Response(status=404)

@@ -1,0 +1,94 @@
+"""The authorization contract: a caller, a capability, a namespace; allowed or denied.
+
+Capabilities are Nomad's namespace capability names; the Kubernetes implementation checks each
+as the verb of the same name on `allocations.allocbridge.io` (design.md section 4).
+
+Namespace `*` follows Nomad's `AllowNamespaceOperation`: `check(caller, cap, "*")` passes when
+*some* namespace grants the capability; `allowed_namespaces` then says which ones, so a
+`namespace=*` list shows only what the caller may read.
+
+Authentication failures (an unknown or expired token) are denials too: Nomad answers them with
+the same 403 `Permission denied`. Any other exception an authorizer raises (for example the
+Kubernetes API being unreachable) is an internal fault, not a denial.
+
+No aiohttp here: the token may come from a header or from the exec WebSocket's first frame, so
+handlers extract it and pass a `Caller`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from typing import Final, Literal, Protocol
+
+Capability = Literal["read-job", "alloc-lifecycle", "alloc-exec", "alloc-node-exec", "job-submit"]
+
+READ_JOB: Final = "read-job"
+ALLOC_LIFECYCLE: Final = "alloc-lifecycle"
+ALLOC_EXEC: Final = "alloc-exec"
+ALLOC_NODE_EXEC: Final = "alloc-node-exec"
+JOB_SUBMIT: Final = "job-submit"
+
+#: Nomad's wildcard namespace: "any namespace" in `check`, "every namespace" in a list.
+ALL_NAMESPACES: Final = "*"
+
+
+class PermissionDeniedError(Exception):
+    """The caller may not do this (or could not be authenticated); the API answers 403."""
+
+    def __init__(self, reason: str = "Permission denied") -> None:
+        # The reason is for logs; the HTTP body is always Nomad's exact `Permission denied`.
+        super().__init__(reason)
+        self.reason = reason
+
+
+@dataclass(frozen=True)
+class Caller:
+    """Whoever made the request. A dataclass (not a bare token) so fields can be added later."""
+
+    token: str | None = None  # None: anonymous
+
+
+class Authorizer(Protocol):
+    """Decides capabilities. Implementations must be safe to call concurrently."""
+
+    async def check(self, caller: Caller, capability: Capability, namespace: str) -> None:
+        """Return if `caller` has `capability` in `namespace` (or in some namespace for `*`);
+        raise `PermissionDeniedError` otherwise."""
+
+    async def allowed_namespaces(
+        self, caller: Caller, capability: Capability, candidates: Iterable[str]
+    ) -> frozenset[str] | None:
+        """The subset of `candidates` where `caller` has `capability`; None means every
+        namespace, with no need to filter (ACLs off, or a cluster-wide grant)."""
+
+
+class AllowAll:
+    """Everything is allowed: `acl { enabled = false }`, the dev default."""
+
+    async def check(self, caller: Caller, capability: Capability, namespace: str) -> None:
+        return None
+
+    async def allowed_namespaces(
+        self, caller: Caller, capability: Capability, candidates: Iterable[str]
+    ) -> frozenset[str] | None:
+        return None
+
+
+def extract_token(headers: Mapping[str, str]) -> str | None:
+    """The request's token as Nomad's `parseToken` reads it; first match wins.
+
+    1. `X-Nomad-Token`, trimmed.
+    2. `Authorization: Bearer <token>`: the scheme is case-insensitive and the token is the
+       first space-separated word after it.
+    An empty token means anonymous (None).
+    """
+    nomad = headers.get("X-Nomad-Token", "")
+    if nomad:
+        return nomad.strip() or None
+    authorization = headers.get("Authorization", "")
+    if authorization:
+        parts = authorization.split(" ")
+        if len(parts) >= 2 and parts[0].lower() == "bearer":
+            return parts[1].strip() or None
+    return None

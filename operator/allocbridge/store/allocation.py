@@ -1,0 +1,135 @@
+"""One allocation as the store keeps it: the wire dict plus forms pre-rendered for the API.
+
+A list of 10,000 stubs must answer in milliseconds, so what a list response needs is computed
+once, at upsert time, instead of once per request: the stub dict and its compact JSON with and
+without TaskStates. Rarer forms are rendered on first use and cached: the stubs with
+AllocatedResources (`resources=true`) and the full read body.
+
+Instances are immutable and share their nested dicts with the wire dict: whoever builds one
+hands the dicts over and must not mutate them afterwards.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from functools import cached_property
+from typing import Any, Final
+
+from allocbridge.store import encoding
+from allocbridge.store.stubs import Json, filter_datum, stub_from_wire
+
+#: A canonical, lower-case UUID: what Kubernetes puts in `metadata.uid`.
+UUID_PATTERN: Final = re.compile(r"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}")
+
+_ALLOCATED_RESOURCES_KEY: Final = b'{"AllocatedResources":'
+
+
+@dataclass(frozen=True, eq=False)
+class StoredAllocation:
+    """An allocation as `GET /v1/allocation/:id` shows it, with its services and checks.
+
+    `wire` is the full Nomad `Allocation` dict (PascalCase, TaskStates and Job included);
+    `services` are the service registrations and `checks` maps a check ID to its result, both
+    in the spec's shapes. The index fields must agree with `wire` where `wire` carries them.
+    """
+
+    id: str
+    namespace: str
+    create_index: int
+    modify_index: int
+    alloc_modify_index: int
+    wire: dict[str, Any]
+    services: Sequence[Mapping[str, Any]] = ()
+    checks: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
+
+    stub: Json = field(init=False, repr=False)
+    """The list stub with TaskStates and without AllocatedResources."""
+    filter_datum: Mapping[str, Any] = field(init=False, repr=False)
+    """What `filter` expressions are evaluated against (see `stubs.filter_datum`)."""
+    _stub_json: bytes = field(init=False, repr=False)
+    _stub_json_bare: bytes = field(init=False, repr=False)  # TaskStates null
+
+    def __post_init__(self) -> None:
+        if not UUID_PATTERN.fullmatch(self.id):
+            raise ValueError(f"allocation ID {self.id!r} is not a lower-case UUID")
+        for key, value in (
+            ("ID", self.id),
+            ("Namespace", self.namespace),
+            ("CreateIndex", self.create_index),
+            ("ModifyIndex", self.modify_index),
+            ("AllocModifyIndex", self.alloc_modify_index),
+        ):
+            if self.wire.get(key, value) != value:
+                raise ValueError(
+                    f"allocation {self.id}: wire {key} {self.wire[key]!r} disagrees with {value!r}"
+                )
+        stub = stub_from_wire(
+            self.wire,
+            alloc_id=self.id,
+            namespace=self.namespace,
+            create_index=self.create_index,
+            modify_index=self.modify_index,
+        )
+        # Keys are sorted and "TaskStates" sorts last among the stub's, so both TaskStates
+        # variants share one rendering of everything else (the bulk is encoded once).
+        head = encoding.compact({k: v for k, v in stub.items() if k != "TaskStates"})[:-1]
+        task_states = encoding.compact(stub["TaskStates"])
+        set_ = object.__setattr__
+        set_(self, "stub", stub)
+        set_(self, "filter_datum", filter_datum(self.wire))
+        set_(self, "_stub_json", head + b',"TaskStates":' + task_states + b"}")
+        set_(self, "_stub_json_bare", head + b',"TaskStates":null}')
+
+    @classmethod
+    def from_wire(
+        cls,
+        wire: dict[str, Any],
+        *,
+        services: Sequence[Mapping[str, Any]] = (),
+        checks: Mapping[str, Mapping[str, Any]] | None = None,
+    ) -> StoredAllocation:
+        """Build one from a wire dict that carries its own ID, Namespace and indexes."""
+        return cls(
+            id=wire["ID"],
+            namespace=wire.get("Namespace", ""),
+            create_index=wire.get("CreateIndex", 0),
+            modify_index=wire.get("ModifyIndex", 0),
+            alloc_modify_index=wire.get("AllocModifyIndex", 0),
+            wire=wire,
+            services=services,
+            checks={} if checks is None else checks,
+        )
+
+    def stub_json(self, *, task_states: bool = True, resources: bool = False) -> bytes:
+        """The compact JSON stub as `GET /v1/allocations` shows it for these field options."""
+        if resources:
+            return self._with_resources[0 if task_states else 1]
+        return self._stub_json if task_states else self._stub_json_bare
+
+    def stub_dict(self, *, task_states: bool = True, resources: bool = False) -> Json:
+        """The stub as a dict (for `?pretty`); a shallow copy only when the options need one."""
+        if task_states and not resources:
+            return self.stub
+        stub = dict(self.stub)
+        if not task_states:
+            stub["TaskStates"] = None
+        if resources and self.wire.get("AllocatedResources") is not None:
+            stub["AllocatedResources"] = self.wire["AllocatedResources"]
+        return stub
+
+    @cached_property
+    def _with_resources(self) -> tuple[bytes, bytes]:
+        """Both stubs with AllocatedResources spliced in front (its key sorts first), rendered
+        on the first `resources=true` request: most lists never ask for them."""
+        resources = self.wire.get("AllocatedResources")
+        if resources is None:  # omitempty in Nomad's stub
+            return self._stub_json, self._stub_json_bare
+        head = _ALLOCATED_RESOURCES_KEY + encoding.compact(resources) + b","
+        return head + self._stub_json[1:], head + self._stub_json_bare[1:]
+
+    @cached_property
+    def wire_json(self) -> bytes:
+        """The compact JSON of the full allocation, rendered on first read."""
+        return encoding.compact(self.wire)

@@ -1,0 +1,26 @@
+"""JSON bytes as Nomad's encoder writes them: keys sorted, UTF-8 as is, no trailing newline.
+
+Nomad's go-msgpack JSON handle walks struct fields in name order, so sorted keys match what
+real clients and golden files see. The compact form is what the store pre-renders at upsert
+time; the pretty form (`?pretty`) is 4-space indented with a trailing newline.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+_compact = json.JSONEncoder(
+    separators=(",", ":"), sort_keys=True, ensure_ascii=False, allow_nan=False
+)
+_pretty = json.JSONEncoder(indent=4, sort_keys=True, ensure_ascii=False, allow_nan=False)
+
+
+def compact(value: Any) -> bytes:
+    """One-line JSON, as Nomad sends it by default."""
+    return _compact.encode(value).encode("utf-8")
+
+
+def pretty(value: Any) -> bytes:
+    """Indented JSON plus a newline, as Nomad sends it for `?pretty`."""
+    return _pretty.encode(value).encode("utf-8") + b"\n"
