@@ -20,12 +20,15 @@ from dataclasses import dataclass, field
 from aiohttp import web
 
 from allocbridge.api.server import create_app as create_api_app
+from allocbridge.auth.base import AllowAll, Authorizer
 from allocbridge.cluster.connection import Credentials
 from allocbridge.cluster.upstream import UpstreamMonitor
 from allocbridge.config import ListenerSettings, Settings
 from allocbridge.lifecycle import Lifecycle, Next, Phase
 from allocbridge.ops.server import create_app as create_ops_app
 from allocbridge.reconcile.runner import OperatorThread
+from allocbridge.store.feed import StoreFeed
+from allocbridge.store.memory import AllocationStore
 from allocbridge.telemetry import Metrics
 
 log = logging.getLogger(__name__)
@@ -40,6 +43,8 @@ class Replica:
 
     settings: Settings
     metrics: Metrics = field(default_factory=Metrics)
+    store: AllocationStore = field(default_factory=AllocationStore)
+    authorizer: Authorizer = field(default_factory=AllowAll)
     lifecycle: Lifecycle = field(init=False)
     _signalled: asyncio.Event = field(default_factory=asyncio.Event, init=False)
     _stop_now: asyncio.Event = field(default_factory=asyncio.Event, init=False)
@@ -62,12 +67,14 @@ class Replica:
         monitor = UpstreamMonitor(self.settings.kubernetes, self.lifecycle)
         background = [
             asyncio.create_task(monitor.run(), name="upstream"),
+            asyncio.create_task(self._feed_store(monitor), name="store"),
             asyncio.create_task(self._supervise_operator(monitor), name="operator"),
         ]
         await self._signalled.wait()
         if self.lifecycle.phase is Phase.DRAINING:
             await self._drain()
         self.lifecycle.stopping()
+        self.store.close()  # parked blocking queries answer now instead of being cut off
         log.info("stopping the API listener")
         if api is not None:
             await api.cleanup()
@@ -107,6 +114,16 @@ class Replica:
         with contextlib.suppress(TimeoutError):
             await asyncio.wait_for(self._stop_now.wait(), timeout=wait)
 
+    async def _feed_store(self, monitor: UpstreamMonitor) -> None:
+        """Keep this replica's store in step with Kubernetes, whoever leads reconciliation."""
+        await monitor.ready.wait()
+        assert monitor.credentials is not None  # ready implies credentials
+        api = monitor.credentials.api_client()
+        try:
+            await StoreFeed(self.store, api, self.settings.kubernetes.namespaces).run()
+        finally:
+            await api.close()
+
     async def _supervise_operator(self, monitor: UpstreamMonitor) -> None:
         """Start Kopf once Kubernetes answers; start it again if it dies on its own."""
         while True:
@@ -135,7 +152,7 @@ class Replica:
         listener = self.settings.listener("api")
         if listener is None:
             return None
-        app = create_api_app(self.metrics)
+        app = create_api_app(self.metrics, store=self.store, authorizer=self.authorizer)
         return await _serve(app, listener, shutdown_timeout=IN_FLIGHT_TIMEOUT)
 
     def _addresses(self) -> dict[str, str]:

@@ -35,7 +35,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         return check_config(args.file)
     if args.command == "run":
         return run_command(args.config)
-    from allocbridge.localcluster.dev import run_dev  # noqa: PLC0415 - only `dev` needs it
+    from allocbridge.devmode import run_dev  # noqa: PLC0415 - only `dev` needs it
 
     return run_dev(args.state_dir, api_port=args.api_port, ops_port=args.ops_port)
 

@@ -21,7 +21,7 @@ PLURAL: Final = "allocations"
 Json = dict[str, Any]
 
 
-async def _raw(call: Any) -> Json:
+async def raw_json(call: Any) -> Json:
     """Run a client call with `_preload_content=False` and decode the JSON body.
 
     The generated models are slow to build and lose unknown fields; the raw JSON is what
@@ -30,6 +30,9 @@ async def _raw(call: Any) -> Json:
     response = await call
     async with response:
         body = await response.read()
+        if response.status >= 400:
+            # With raw responses the client does not raise on errors; do what it would.
+            raise ApiException(status=response.status, reason=response.reason)
     return cast(Json, json.loads(body))
 
 
@@ -44,7 +47,7 @@ class Kube:
 
     async def get_allocation(self, namespace: str, name: str) -> Json | None:
         try:
-            return await _raw(
+            return await raw_json(
                 self.custom.get_namespaced_custom_object(
                     GROUP, VERSION, namespace, PLURAL, name, _preload_content=False
                 )
@@ -55,7 +58,7 @@ class Kube:
             raise
 
     async def create_allocation(self, namespace: str, body: Mapping[str, Any]) -> Json:
-        return await _raw(
+        return await raw_json(
             self.custom.create_namespaced_custom_object(
                 GROUP, VERSION, namespace, PLURAL, body, _preload_content=False
             )
@@ -68,7 +71,7 @@ class Kube:
         patch: Json = {"status": status}
         if resource_version:
             patch["metadata"] = {"resourceVersion": resource_version}
-        return await _raw(
+        return await raw_json(
             self.custom.patch_namespaced_custom_object_status(
                 GROUP,
                 VERSION,
@@ -83,7 +86,7 @@ class Kube:
 
     async def get_pod(self, namespace: str, name: str) -> Json | None:
         try:
-            return await _raw(
+            return await raw_json(
                 self.core.read_namespaced_pod(name, namespace, _preload_content=False)
             )
         except ApiException as exc:
@@ -94,7 +97,7 @@ class Kube:
     async def create_pod(self, namespace: str, body: Mapping[str, Any]) -> Json | None:
         """Create the pod; None when one of that name exists already (creation is idempotent)."""
         try:
-            return await _raw(
+            return await raw_json(
                 self.core.create_namespaced_pod(namespace, body, _preload_content=False)
             )
         except ApiException as exc:
@@ -119,7 +122,7 @@ class Kube:
         return True
 
     async def pod_events(self, namespace: str, pod_uid: str) -> list[Json]:
-        body = await _raw(
+        body = await raw_json(
             self.core.list_namespaced_event(
                 namespace,
                 field_selector=f"involvedObject.uid={pod_uid}",
@@ -130,7 +133,7 @@ class Kube:
 
     async def node_uid(self, name: str) -> str | None:
         try:
-            node = await _raw(self.core.read_node(name, _preload_content=False))
+            node = await raw_json(self.core.read_node(name, _preload_content=False))
         except ApiException as exc:
             if exc.status in (403, 404):
                 return None

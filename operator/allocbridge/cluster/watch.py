@@ -16,6 +16,8 @@ from typing import Any
 
 from kubernetes_asyncio.client.exceptions import ApiException
 
+from allocbridge.cluster.resources import raw_json
+
 log = logging.getLogger(__name__)
 
 Json = dict[str, Any]
@@ -55,7 +57,7 @@ async def watch(
     while True:
         try:
             if resource_version is None:
-                body = await _json(list_call(**params, _preload_content=False))
+                body = await raw_json(list_call(**params, _preload_content=False))
                 resource_version = body["metadata"]["resourceVersion"]
                 items = body.get("items", [])
                 kind = body.get("kind", "").removesuffix("List")
@@ -96,6 +98,10 @@ async def _stream(
         _request_timeout=(None, 320),
     )
     async with response:
+        if response.status >= 400:
+            if response.status == 410:
+                raise ExpiredError()
+            raise ApiException(status=response.status, reason=response.reason)
         while True:
             line = await response.content.readline()
             if not line:
@@ -108,11 +114,3 @@ async def _stream(
                     raise ExpiredError()
                 raise RuntimeError(f"watch error: {obj.get('message', obj)}")
             yield Changed(kind, obj, int(obj["metadata"]["resourceVersion"]))
-
-
-async def _json(call: Awaitable[Any]) -> Json:
-    response = await call
-    async with response:
-        body = await response.read()
-    result: Json = json.loads(body)
-    return result

@@ -59,11 +59,11 @@ def build_registry(credentials: Credentials, settings: KubernetesSettings) -> ko
             await api.close()
 
     @kopf.on.event(GROUP, VERSION, PLURAL, registry=registry)
-    def allocation_changed(namespace: str | None, name: str, **_: Any) -> None:
+    async def allocation_changed(namespace: str | None, name: str, **_: Any) -> None:
         state["reconciler"].schedule(namespace or "", name)
 
     @kopf.on.event("", "v1", "pods", labels={LABEL_MANAGED_BY: MANAGED_BY}, registry=registry)
-    def pod_changed(
+    async def pod_changed(
         namespace: str | None, name: str, annotations: kopf.Annotations, **_: Any
     ) -> None:
         alloc = annotations.get(ANNOTATION_ALLOC_NAME, name)
@@ -74,7 +74,7 @@ def build_registry(credentials: Credentials, settings: KubernetesSettings) -> ko
         return bool(involved.get("kind") == "Pod" and involved.get("name"))
 
     @kopf.on.event("", "v1", "events", when=about_our_pod, registry=registry)
-    def pod_event(body: kopf.Body, **_: Any) -> None:
+    async def pod_event(body: kopf.Body, **_: Any) -> None:
         involved = body["involvedObject"]
         reconciler: Reconciler = state["reconciler"]
         key = (involved.get("namespace", ""), involved["name"])
@@ -117,7 +117,8 @@ class OperatorThread:
             settings=settings,
             standalone=self.settings.standalone,
             priority=self.settings.priority,
-            peering_name=self.settings.peering,
+            # Naming a peering makes it mandatory in Kopf: only when not standalone.
+            peering_name=None if self.settings.standalone else self.settings.peering,
             clusterwide=not namespaces,
             namespaces=namespaces,
             stop_flag=self.stop_flag,
