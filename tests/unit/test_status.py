@@ -124,6 +124,15 @@ def test_exhausted_restart_policy_fails_the_allocation() -> None:
     assert decision.delete_pod
 
 
+def test_restart_within_the_same_second_is_still_a_new_start() -> None:
+    s = derive(spec(), {"podCreated": True}, pod([running("server", T0)]), T0).status
+    # The kubelet restarted the container; the new startedAt rounds to the same second.
+    same = pod([running("server", T0, 1, {"exitCode": 1})])
+    s = derive(spec(), s, same, T0 + NS // 2).status
+    assert s["taskStates"]["server"]["state"] == "running"
+    assert types(s, "server")[-3:] == ["Terminated", "Restarting", "Started"]
+
+
 def test_delay_mode_keeps_restarting() -> None:
     policy = {"attempts": 1, "interval": "30m", "delay": "1s", "mode": "delay"}
     s = derive(spec(restart=policy), {"podCreated": True}, pod([running("server", T0)]), T0).status

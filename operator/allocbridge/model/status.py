@@ -268,6 +268,8 @@ class _Derivation:
                 for _ in range(restart_count - known):
                     self.restarted(task, last)
                 seen["restartCount"] = restart_count
+                # Kubernetes times have 1 s precision: a quick restart may keep `startedAt`.
+                seen.pop("startedAt", None)
             state = container.get("state") or {}
             if "running" in state:
                 started = parse_time_ns(state["running"].get("startedAt")) or self.now

@@ -99,6 +99,8 @@ class Reconciler:
                     if exc.status == 409:  # a concurrent write: read again and retry
                         self.dirty.add(key)
                         continue
+                    if exc.status == 404:  # deleted while we worked: nothing left to do
+                        continue
                     log.warning(
                         "reconcile failed; retrying",
                         extra={"allocation": "/".join(key), "status": exc.status},
@@ -143,7 +145,8 @@ class Reconciler:
             return
         events: list[KubeEvent] = []
         if pod is not None:
-            events = [kube_event(e) for e in await self.kube.pod_events(namespace, name)]
+            found = await self.kube.pod_events(namespace, pod["metadata"]["uid"])
+            events = [kube_event(e) for e in found]
         decision = derive(spec, {**previous, **bookkeeping}, pod, now, events)
         status = decision.status
         if pod is not None:

@@ -1,0 +1,160 @@
+"""Running the operator under test: the real `allocbridge run` process on the local control plane.
+
+It runs with the token of the ServiceAccount that `manifests/rbac.yaml` ships, never as admin,
+so a permission missing from the manifests fails a test.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from allocbridge.localcluster.pki import write_token_kubeconfig
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port: int = sock.getsockname()[1]
+        return port
+
+
+def http(
+    url: str, method: str = "GET", body: Any = None, token: str | None = None
+) -> tuple[int, bytes, dict[str, str]]:
+    data = None if body is None else json.dumps(body).encode()
+    request = urllib.request.Request(url, method=method, data=data)
+    if token:
+        request.add_header("X-Nomad-Token", token)
+    try:
+        with urllib.request.urlopen(request, timeout=30) as response:
+            return response.status, response.read(), dict(response.headers)
+    except urllib.error.HTTPError as exc:
+        return exc.code, exc.read(), dict(exc.headers)
+
+
+def eventually(check: Callable[[], Any], timeout: float = 30.0, what: str = "condition") -> Any:
+    """Poll `check` until it returns something truthy (and return it) or fail after `timeout`."""
+    deadline = time.monotonic() + timeout
+    last_error: Exception | None = None
+    while time.monotonic() < deadline:
+        try:
+            result = check()
+            if result:
+                return result
+        except (AssertionError, KeyError, IndexError, OSError) as exc:
+            last_error = exc
+        time.sleep(0.1)
+    raise AssertionError(
+        f"timed out waiting for {what}" + (f": {last_error}" if last_error else "")
+    )
+
+
+class Operator:
+    """One `allocbridge run` process; `restart()` kills it hard and starts it again."""
+
+    def __init__(self, folder: Path, kubeconfig: Path, acl: bool = False) -> None:
+        self.folder = folder
+        self.api_port, self.ops_port = free_port(), free_port()
+        self.api = f"http://127.0.0.1:{self.api_port}"
+        self.ops = f"http://127.0.0.1:{self.ops_port}"
+        self.config = folder / "allocbridge.hcl"
+        self.config.write_text(
+            f"""
+controller {{
+  name = "test"
+  graceful_shutdown_wait_duration = "1s"
+}}
+listener "tcp" {{
+  purpose = "api"
+  address = "127.0.0.1:{self.api_port}"
+  tls_disable = true
+}}
+listener "tcp" {{
+  purpose = "ops"
+  address = "127.0.0.1:{self.ops_port}"
+  tls_disable = true
+}}
+kubernetes {{
+  kubeconfig = "{kubeconfig}"
+  standalone = true
+}}
+acl {{ enabled = {str(acl).lower()} }}
+log {{ level = "info" }}
+"""
+        )
+        self.log = folder / "operator.log"
+        self.process: subprocess.Popen[bytes] | None = None
+
+    def start(self) -> Operator:
+        env = {k: v for k, v in os.environ.items() if k != "KUBECONFIG"}
+        self.process = subprocess.Popen(
+            [sys.executable, "-m", "allocbridge.cli", "run", "--config", str(self.config)],
+            stdout=self.log.open("ab"),
+            stderr=subprocess.STDOUT,
+            env=env,
+        )
+        eventually(self.ready, timeout=60, what="the operator to be ready and connected")
+        return self
+
+    def ready(self) -> bool:
+        status, body, _ = http(self.ops + "/health?worker_info=1")
+        info = json.loads(body)["worker_process_info"]
+        return status == 200 and info["upstream_connection_state"] == "READY"
+
+    def kill(self) -> None:
+        if self.process is not None and self.process.poll() is None:
+            self.process.kill()
+            self.process.wait()
+
+    def restart(self) -> None:
+        self.kill()
+        self.start()
+
+    def stop(self) -> int | None:
+        if self.process is None or self.process.poll() is not None:
+            return None if self.process is None else self.process.returncode
+        self.process.send_signal(signal.SIGTERM)
+        try:
+            return self.process.wait(timeout=20)
+        except subprocess.TimeoutExpired:
+            self.process.kill()
+            return self.process.wait()
+
+    def get(self, path: str, token: str | None = None) -> Any:
+        status, body, _ = http(self.api + path, token=token)
+        assert status == 200, f"GET {path}: {status} {body[:300]!r}"
+        return json.loads(body)
+
+
+def install(kubectl: Any) -> None:
+    """The CRDs and the operator's namespace, ServiceAccount and RBAC, as a user would."""
+    kubectl("apply", "-f", str(REPO / "crds"))
+    kubectl("wait", "--for=condition=Established", "crd", "--all", "--timeout=60s")
+    kubectl("apply", "-f", str(REPO / "manifests" / "namespace.yaml"))
+    kubectl("apply", "-f", str(REPO / "manifests" / "rbac.yaml"))
+
+
+def service_account_kubeconfig(kubectl: Any, kubeconfig: Path, path: Path) -> Path:
+    token = kubectl(
+        "create", "token", "allocbridge", "-n", "allocbridge-system", "--duration=6h"
+    ).stdout.strip()
+    admin = yaml.safe_load(kubeconfig.read_text())
+    cluster = admin["clusters"][0]["cluster"]
+    ca = base64.b64decode(cluster["certificate-authority-data"])
+    return write_token_kubeconfig(path, cluster["server"], ca, token)

@@ -1,0 +1,324 @@
+"""Allocations reconciled onto pods, with Nomad task states and events, on the real control plane.
+
+kwok plays the kubelet; container exits are driven through the harness's kubelet simulation
+(`cluster.container_exit`), which patches pod status exactly as a kubelet would.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+from running_operator import REPO, Operator, eventually
+
+pytestmark = pytest.mark.cluster
+
+EXAMPLES = REPO / "examples"
+
+
+def allocation(kubectl: Any, namespace: str, name: str) -> dict[str, Any]:
+    found: dict[str, Any] = kubectl.json("get", "allocation", name, "-n", namespace)
+    return found
+
+
+def status(kubectl: Any, namespace: str, name: str) -> dict[str, Any]:
+    return allocation(kubectl, namespace, name).get("status") or {}
+
+
+def wait_status(
+    kubectl: Any, namespace: str, name: str, client_status: str, timeout: float = 30
+) -> dict[str, Any]:
+    return eventually(
+        lambda: (s := status(kubectl, namespace, name)).get("clientStatus") == client_status and s,
+        timeout=timeout,
+        what=f"{namespace}/{name} to be {client_status}",
+    )
+
+
+def event_types(state: dict[str, Any], task: str) -> list[str]:
+    return [e["type"] for e in state["taskStates"][task]["events"]]
+
+
+def pods_of(kubectl: Any, namespace: str) -> list[dict[str, Any]]:
+    items: list[dict[str, Any]] = kubectl.json("get", "pods", "-n", namespace)["items"]
+    return items
+
+
+def apply_example(kubectl: Any, namespace: str, file: str) -> str:
+    manifest = yaml.safe_load((EXAMPLES / file).read_text())
+    manifest["metadata"]["namespace"] = namespace
+    kubectl.apply(manifest)
+    return str(manifest["metadata"]["name"])
+
+
+def alloc_manifest(
+    name: str,
+    namespace: str,
+    *,
+    job_type: str = "service",
+    restart: dict[str, Any] | None = None,
+    tasks: list[dict[str, Any]] | None = None,
+) -> dict[str, Any]:
+    return {
+        "apiVersion": "allocbridge.io/v1",
+        "kind": "Allocation",
+        "metadata": {"name": name, "namespace": namespace},
+        "spec": {
+            "job": {"id": name, "type": job_type},
+            "taskGroup": {"name": "g", **({"restartPolicy": restart} if restart else {})},
+            "tasks": tasks
+            or [{"name": "main", "driver": "docker", "config": {"image": "busybox"}}],
+        },
+    }
+
+
+@pytest.mark.parametrize(
+    ("file", "expected"),
+    [
+        ("web.yaml", "running"),
+        ("prestart-leader.yaml", "running"),
+        ("services-checks.yaml", "running"),
+        ("raw-exec.yaml", "running"),
+        ("scheduled.yaml", "running"),
+        ("batch.yaml", "running"),
+    ],
+)
+def test_every_example_reaches_its_pod_and_status(
+    operator: Operator, kubectl: Any, namespace: str, file: str, expected: str
+) -> None:
+    name = apply_example(kubectl, namespace, file)
+    state = wait_status(kubectl, namespace, name, expected)
+    pod = kubectl.json("get", "pod", name, "-n", namespace)
+    owner = pod["metadata"]["ownerReferences"][0]
+    assert owner["kind"] == "Allocation" and owner["controller"] is True
+    assert owner["uid"] == allocation(kubectl, namespace, name)["metadata"]["uid"]
+    assert state["nodeName"] == pod["spec"]["nodeName"] and state["nodeID"]
+    assert state["createIndex"] > 0 and state["desiredStatus"] == "run"
+    spec = yaml.safe_load((EXAMPLES / file).read_text())["spec"]
+    for task in spec["tasks"]:
+        assert "Received" in event_types(state, task["name"])
+    main = [t["name"] for t in spec["tasks"] if not t.get("lifecycle")]
+    assert any(state["taskStates"][t]["state"] == "running" for t in main)
+    # The API serves the same allocation with the fields filled.
+    uid = allocation(kubectl, namespace, name)["metadata"]["uid"]
+    wire = operator.get(f"/v1/allocation/{uid}?namespace={namespace}")
+    assert wire["ID"] == uid and wire["Namespace"] == namespace
+    assert wire["ClientStatus"] == expected and wire["NodeName"] == state["nodeName"]
+    assert wire["Job"]["ID"] == spec["job"]["id"]
+
+
+def test_batch_allocation_completes(
+    operator: Operator, cluster: Any, kubectl: Any, namespace: str
+) -> None:
+    name = apply_example(kubectl, namespace, "batch.yaml")
+    wait_status(kubectl, namespace, name, "running")
+    cluster.container_exit(namespace, name, "generate", 0)
+    state = wait_status(kubectl, namespace, name, "complete")
+    task = state["taskStates"]["generate"]
+    assert task["state"] == "dead" and task["failed"] is False and task["finishedAt"]
+    assert event_types(state, "generate")[-1] == "Terminated"
+
+
+def test_non_zero_exit_gives_terminated_then_restarting(
+    operator: Operator, cluster: Any, kubectl: Any, namespace: str
+) -> None:
+    restart = {"attempts": 3, "interval": "10m", "delay": "1s", "mode": "fail"}
+    kubectl.apply(alloc_manifest("crashy", namespace, restart=restart))
+    wait_status(kubectl, namespace, "crashy", "running")
+    cluster.container_exit(namespace, "crashy", "main", 3)
+    state = eventually(
+        lambda: (
+            (s := status(kubectl, namespace, "crashy"))["taskStates"]["main"]["restarts"] == 1 and s
+        ),
+        what="the restart to be recorded",
+    )
+    events = state["taskStates"]["main"]["events"]
+    kinds = [e["type"] for e in events]
+    terminated = kinds.index("Terminated")
+    assert kinds[terminated + 1] == "Restarting"
+    assert events[terminated]["exitCode"] == 3
+    assert state["taskStates"]["main"]["lastRestart"]
+    assert eventually(
+        lambda: status(kubectl, namespace, "crashy")["taskStates"]["main"]["state"] == "running",
+        what="the task to run again",
+    )
+
+
+def test_restart_policy_exhausted_fails_the_allocation(
+    operator: Operator, cluster: Any, kubectl: Any, namespace: str
+) -> None:
+    restart = {"attempts": 1, "interval": "10m", "delay": "1s", "mode": "fail"}
+    kubectl.apply(alloc_manifest("fragile", namespace, restart=restart))
+    wait_status(kubectl, namespace, "fragile", "running")
+    cluster.container_exit(namespace, "fragile", "main", 1)
+    eventually(
+        lambda: status(kubectl, namespace, "fragile")["taskStates"]["main"]["restarts"] == 1,
+        what="the first restart",
+    )
+    eventually(
+        lambda: status(kubectl, namespace, "fragile")["taskStates"]["main"]["state"] == "running",
+        what="the task to run again",
+    )
+    cluster.container_exit(namespace, "fragile", "main", 1)
+    state = wait_status(kubectl, namespace, "fragile", "failed")
+    task = state["taskStates"]["main"]
+    assert task["state"] == "dead" and task["failed"] is True
+    assert "Not Restarting" in event_types(state, "main")
+    # The operator stops the failed allocation's pod.
+    eventually(lambda: not pods_of(kubectl, namespace), what="the failed pod to be deleted")
+
+
+def test_deleted_pod_is_a_task_failure_and_restarts(
+    operator: Operator, kubectl: Any, namespace: str
+) -> None:
+    restart = {"attempts": 2, "interval": "10m", "delay": "1s", "mode": "fail"}
+    kubectl.apply(alloc_manifest("victim", namespace, restart=restart))
+    wait_status(kubectl, namespace, "victim", "running")
+    first_uid = kubectl.json("get", "pod", "victim", "-n", namespace)["metadata"]["uid"]
+    kubectl("delete", "pod", "victim", "-n", namespace, "--wait=false")
+    state = eventually(
+        lambda: (
+            (s := status(kubectl, namespace, "victim"))["taskStates"]["main"]["restarts"] == 1
+            and s["clientStatus"] == "running"
+            and s
+        ),
+        what="a restart with a new pod",
+    )
+    lifecycle = [t for t in event_types(state, "main") if t != "Driver"]  # pod Events aside
+    assert lifecycle[-3:] == ["Terminated", "Restarting", "Started"]
+    pods = pods_of(kubectl, namespace)
+    assert len(pods) == 1 and pods[0]["metadata"]["uid"] != first_uid
+
+
+def test_dead_leader_stops_its_siblings(
+    operator: Operator, cluster: Any, kubectl: Any, namespace: str
+) -> None:
+    tasks = [
+        {"name": "leader", "driver": "docker", "config": {"image": "a"}, "leader": True},
+        {"name": "helper", "driver": "docker", "config": {"image": "b"}},
+    ]
+    kubectl.apply(alloc_manifest("led", namespace, job_type="batch", tasks=tasks))
+    wait_status(kubectl, namespace, "led", "running")
+    cluster.container_exit(namespace, "led", "leader", 0)
+    state = wait_status(kubectl, namespace, "led", "complete")
+    assert "Leader Task Dead" in event_types(state, "helper")
+    assert state["taskStates"]["helper"]["state"] == "dead"
+
+
+def test_unknown_driver_fails_validation(operator: Operator, kubectl: Any, namespace: str) -> None:
+    tasks = [{"name": "vm", "driver": "qemu", "config": {"image": "x"}}]
+    kubectl.apply(alloc_manifest("bad", namespace, tasks=tasks))
+    state = wait_status(kubectl, namespace, "bad", "failed")
+    last = state["taskStates"]["vm"]["events"][-1]
+    assert last["type"] == "Failed Validation" and "qemu" in last["displayMessage"]
+    assert not pods_of(kubectl, namespace)
+
+
+def test_spec_is_immutable(operator: Operator, kubectl: Any, namespace: str) -> None:
+    kubectl.apply(alloc_manifest("fixed", namespace))
+    done = kubectl(
+        "patch",
+        "allocation",
+        "fixed",
+        "-n",
+        namespace,
+        "--type=merge",
+        "-p",
+        json.dumps({"spec": {"job": {"priority": 90}}}),
+        check=False,
+    )
+    assert done.returncode != 0 and "immutable" in done.stderr
+
+
+def test_kubernetes_pod_events_become_task_events(
+    operator: Operator, kubectl: Any, namespace: str
+) -> None:
+    kubectl.apply(alloc_manifest("probed", namespace))
+    wait_status(kubectl, namespace, "probed", "running")
+    pod = kubectl.json("get", "pod", "probed", "-n", namespace)
+    kubectl.apply(
+        {
+            "apiVersion": "v1",
+            "kind": "Event",
+            "metadata": {"name": "probed.unhealthy", "namespace": namespace},
+            "involvedObject": {
+                "kind": "Pod",
+                "name": "probed",
+                "namespace": namespace,
+                "uid": pod["metadata"]["uid"],
+                "fieldPath": "spec.containers{main}",
+            },
+            "reason": "Unhealthy",
+            "message": "Readiness probe failed: connection refused",
+            "type": "Warning",
+            "source": {"component": "kubelet"},
+        }
+    )
+    state = eventually(
+        lambda: (
+            (s := status(kubectl, namespace, "probed"))
+            and any(
+                e["displayMessage"].startswith("Unhealthy")
+                for e in s["taskStates"]["main"]["events"]
+            )
+            and s
+        ),
+        what="the pod event as a task event",
+    )
+    event = next(
+        e
+        for e in state["taskStates"]["main"]["events"]
+        if e["displayMessage"].startswith("Unhealthy")
+    )
+    assert event["type"] == "Driver"
+    assert event["displayMessage"] == "Unhealthy: Readiness probe failed: connection refused"
+
+
+def test_deleting_the_allocation_removes_its_pod(
+    operator: Operator, kubectl: Any, namespace: str
+) -> None:
+    kubectl.apply(alloc_manifest("shortlived", namespace))
+    wait_status(kubectl, namespace, "shortlived", "running")
+    kubectl("delete", "allocation", "shortlived", "-n", namespace)
+    eventually(lambda: not pods_of(kubectl, namespace), what="garbage collection of the pod")
+
+
+def test_operator_killed_mid_reconcile_converges_to_one_pod(
+    operator: Operator, kubectl: Any, namespace: str
+) -> None:
+    names = [f"burst-{i}" for i in range(5)]
+    for name in names:
+        kubectl.apply(alloc_manifest(name, namespace))
+    operator.kill()  # right after the writes, while it is reconciling them
+    for name in [f"late-{i}" for i in range(3)]:
+        kubectl.apply(alloc_manifest(name, namespace))
+        names.append(name)
+    operator.start()
+    for name in names:
+        wait_status(kubectl, namespace, name, "running")
+    pods = pods_of(kubectl, namespace)
+    assert sorted(p["metadata"]["name"] for p in pods) == sorted(names)
+
+
+def test_operator_runs_without_admin_rights(operator: Operator) -> None:
+    """The fixture's kubeconfig holds only the shipped ServiceAccount's token."""
+    config = yaml.safe_load(Path(operator.config.parent / "kubeconfig").read_text())
+    user = config["users"][0]["user"]
+    assert set(user) == {"token"}
+    who = subprocess.run(
+        [
+            "python3",
+            "-c",
+            "import base64,json,sys; p=sys.argv[1].split('.')[1]; "
+            "print(json.loads(base64.urlsafe_b64decode(p + '==')).get('sub'))",
+            user["token"],
+        ],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout.strip()
+    assert who == "system:serviceaccount:allocbridge-system:allocbridge"
