@@ -145,8 +145,8 @@ class Reconciler:
             return
         events: list[KubeEvent] = []
         if pod is not None:
-            found = await self.kube.pod_events(namespace, pod["metadata"]["uid"])
-            events = [kube_event(e) for e in found]
+            pod_events = await self.kube.pod_events(namespace, pod["metadata"]["uid"])
+            events = [kube_event(e) for e in pod_events]
         decision = derive(spec, {**previous, **bookkeeping}, pod, now, events)
         status = decision.status
         if pod is not None:

@@ -1,0 +1,1 @@
+"""Allocation lifecycle actions as pod operations: stop, signal, restart, pause."""
