@@ -1,0 +1,45 @@
+"""A local Kubernetes control plane for tests and `allocbridge dev`, built from Go modules.
+
+`LocalCluster` runs etcd, kube-apiserver, kube-controller-manager, kube-scheduler, kwok (the
+kubelet of fake nodes) and a kubelet simulation on loopback; see `cluster.py` for its use,
+`sandbox.py` for what happens to commands exec'd into pods and how containers end and restart,
+and `standins.py` for the recording `kill` that makes signalling safe on the host.
+
+The names below are imported lazily, so that `python -m allocbridge.localcluster.sandbox` (the
+kubelet simulation's process) does not import its own module twice.
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from .binaries import Binaries, BinariesMissingError
+    from .cluster import ClusterStartError, LocalCluster
+    from .pki import write_token_kubeconfig
+    from .sandbox import SignalRecord
+
+__all__ = [
+    "Binaries",
+    "BinariesMissingError",
+    "ClusterStartError",
+    "LocalCluster",
+    "SignalRecord",
+    "write_token_kubeconfig",
+]
+
+_WHERE = {
+    "Binaries": "binaries",
+    "BinariesMissingError": "binaries",
+    "ClusterStartError": "cluster",
+    "LocalCluster": "cluster",
+    "SignalRecord": "sandbox",
+    "write_token_kubeconfig": "pki",
+}
+
+
+def __getattr__(name: str) -> Any:
+    if name not in _WHERE:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    return getattr(importlib.import_module(f".{_WHERE[name]}", __name__), name)

@@ -1,0 +1,250 @@
+"""kwok's configuration for the local control plane: which stages play the kubelet's part.
+
+kwok v0.8.0 ships no built-in stages, so these are ours. kwok applies a stage whenever an object
+matches its selector; each selector below only matches an object in the state its stage moves it
+out of, so kwok never rewrites a status that the kubelet simulation (`sandbox.py`) has patched
+since (restart counts, last states, terminal phases):
+
+* node-initialize: a managed node that is not Ready becomes Ready with InternalIP = kwok's
+  `--node-ip`, the kubelet port = kwok's `--node-port` (where the API server sends exec),
+  generous capacity, and no taints of its own.
+* node-heartbeat: refreshes a Ready node's conditions now and then (kwok renews the node Lease
+  itself, which is what the node lifecycle controller watches).
+* pod-ready: a Pending pod that is not Ready and whose sandbox is prepared (the condition
+  `SANDBOX_CONDITION` set True by the kubelet simulation once the pod's sandbox folders and kwok
+  `Exec` exist) becomes Running: containers running and ready, plain init containers completed,
+  sidecar init containers (restartPolicy Always) running. Gating on the sandbox means an exec
+  right after a pod turns Running always finds its target.
+* pod-delete: a pod with a deletionTimestamp is deleted at once (grace period 0), as a kubelet
+  confirms a deletion. Finalizers are left alone, as a kubelet leaves them.
+
+There is deliberately no stage that completes Job pods on its own: containers end only when a test
+or a signal says so (see `sandbox.py`).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+SANDBOX_CONDITION = "localcluster.allocbridge.io/SandboxReady"
+NODE_LABEL_KEY = "kwok.x-k8s.io/node"
+NODE_LABEL_VALUE = "fake"
+NODE_SELECTOR = f"{NODE_LABEL_KEY}={NODE_LABEL_VALUE}"
+
+_NODE_INITIALIZE = r"""
+apiVersion: kwok.x-k8s.io/v1alpha1
+kind: Stage
+metadata:
+  name: allocbridge-node-initialize
+spec:
+  resourceRef:
+    apiGroup: v1
+    kind: Node
+  selector:
+    matchExpressions:
+    - key: '.status.conditions.[] | select( .type == "Ready" ) | .status'
+      operator: NotIn
+      values: ['True']
+  next:
+    statusTemplate: |
+      {{ $now := Now }}
+      {{ $since := or .metadata.creationTimestamp $now }}
+      conditions:
+      {{ range NodeConditions }}
+      - type: {{ .type | Quote }}
+        status: {{ .status | Quote }}
+        reason: {{ .reason | Quote }}
+        message: {{ .message | Quote }}
+        lastHeartbeatTime: {{ $now | Quote }}
+        lastTransitionTime: {{ $since | Quote }}
+      {{ end }}
+      addresses:
+      {{ with NodeIP }}
+      - type: InternalIP
+        address: {{ . | Quote }}
+      {{ end }}
+      - type: Hostname
+        address: {{ .metadata.name | Quote }}
+      {{ with NodePort }}
+      daemonEndpoints:
+        kubeletEndpoint:
+          Port: {{ . }}
+      {{ end }}
+      capacity:
+        cpu: "1000"
+        memory: 1Ti
+        pods: "10000"
+        ephemeral-storage: 1Ti
+      allocatable:
+        cpu: "1000"
+        memory: 1Ti
+        pods: "10000"
+        ephemeral-storage: 1Ti
+      nodeInfo:
+        architecture: amd64
+        operatingSystem: linux
+        osImage: allocbridge local cluster (kwok)
+        kernelVersion: {{ printf "kwok-%s" Version | Quote }}
+        kubeletVersion: {{ printf "kwok-%s" Version | Quote }}
+        kubeProxyVersion: {{ printf "kwok-%s" Version | Quote }}
+        containerRuntimeVersion: {{ printf "kwok-%s" Version | Quote }}
+        machineID: ""
+        systemUUID: ""
+        bootID: ""
+      phase: Running
+"""
+
+_NODE_HEARTBEAT = r"""
+apiVersion: kwok.x-k8s.io/v1alpha1
+kind: Stage
+metadata:
+  name: allocbridge-node-heartbeat
+spec:
+  resourceRef:
+    apiGroup: v1
+    kind: Node
+  selector:
+    matchExpressions:
+    - key: '.status.phase'
+      operator: In
+      values: ['Running']
+    - key: '.status.conditions.[] | select( .type == "Ready" ) | .status'
+      operator: In
+      values: ['True']
+  delay:
+    durationMilliseconds: 300000
+    jitterDurationMilliseconds: 360000
+  next:
+    statusTemplate: |
+      {{ $now := Now }}
+      {{ $since := or .metadata.creationTimestamp $now }}
+      conditions:
+      {{ range NodeConditions }}
+      - type: {{ .type | Quote }}
+        status: {{ .status | Quote }}
+        reason: {{ .reason | Quote }}
+        message: {{ .message | Quote }}
+        lastHeartbeatTime: {{ $now | Quote }}
+        lastTransitionTime: {{ $since | Quote }}
+      {{ end }}
+  immediateNextStage: true
+"""
+
+_POD_READY = r"""
+apiVersion: kwok.x-k8s.io/v1alpha1
+kind: Stage
+metadata:
+  name: allocbridge-pod-ready
+spec:
+  resourceRef:
+    apiGroup: v1
+    kind: Pod
+  selector:
+    matchExpressions:
+    - key: '.metadata.deletionTimestamp'
+      operator: DoesNotExist
+    - key: '.status.phase'
+      operator: In
+      values: ['Pending']
+    - key: '.status.conditions.[] | select( .type == "Ready" ) | .status'
+      operator: NotIn
+      values: ['True']
+    - key: '.status.conditions.[] | select( .type == "@SANDBOX@" ) | .status'
+      operator: In
+      values: ['True']
+  next:
+    statusTemplate: |
+      {{ $now := Now }}
+      conditions:
+      - type: PodReadyToStartContainers
+        status: "True"
+        lastTransitionTime: {{ $now | Quote }}
+      - type: Initialized
+        status: "True"
+        lastTransitionTime: {{ $now | Quote }}
+      - type: ContainersReady
+        status: "True"
+        lastTransitionTime: {{ $now | Quote }}
+      - type: Ready
+        status: "True"
+        lastTransitionTime: {{ $now | Quote }}
+      initContainerStatuses:
+      {{ range .spec.initContainers }}
+      - name: {{ .name | Quote }}
+        image: {{ .image | Quote }}
+        imageID: {{ printf "kwok://%s" .image | Quote }}
+        restartCount: 0
+        {{ if eq .restartPolicy "Always" }}
+        ready: true
+        started: true
+        state:
+          running:
+            startedAt: {{ $now | Quote }}
+        {{ else }}
+        ready: true
+        started: false
+        state:
+          terminated:
+            exitCode: 0
+            reason: Completed
+            startedAt: {{ $now | Quote }}
+            finishedAt: {{ $now | Quote }}
+        {{ end }}
+      {{ end }}
+      containerStatuses:
+      {{ range .spec.containers }}
+      - name: {{ .name | Quote }}
+        image: {{ .image | Quote }}
+        imageID: {{ printf "kwok://%s" .image | Quote }}
+        restartCount: 0
+        ready: true
+        started: true
+        state:
+          running:
+            startedAt: {{ $now | Quote }}
+      {{ end }}
+      {{ with NodeIPWith .spec.nodeName }}
+      hostIP: {{ . | Quote }}
+      hostIPs:
+      - ip: {{ . | Quote }}
+      {{ end }}
+      {{ $m := .metadata }}
+      {{ $hostNet := or .spec.hostNetwork false }}
+      {{ $uid := or $m.uid "" }}
+      {{ with PodIPWith .spec.nodeName $hostNet $uid (or $m.name "") (or $m.namespace "") }}
+      podIP: {{ . | Quote }}
+      podIPs:
+      - ip: {{ . | Quote }}
+      {{ end }}
+      phase: Running
+      startTime: {{ $now | Quote }}
+"""
+
+_POD_DELETE = r"""
+apiVersion: kwok.x-k8s.io/v1alpha1
+kind: Stage
+metadata:
+  name: allocbridge-pod-delete
+spec:
+  resourceRef:
+    apiGroup: v1
+    kind: Pod
+  selector:
+    matchExpressions:
+    - key: '.metadata.deletionTimestamp'
+      operator: Exists
+  next:
+    delete: true
+"""
+
+
+def kwok_config() -> str:
+    """The multi-document YAML passed to kwok with `--config`."""
+    docs = (_NODE_INITIALIZE, _NODE_HEARTBEAT, _POD_READY.replace("@SANDBOX@", SANDBOX_CONDITION))
+    return "---\n".join(d.lstrip("\n") for d in (*docs, _POD_DELETE))
+
+
+def write_kwok_config(path: Path) -> Path:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(kwok_config())
+    return path

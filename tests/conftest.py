@@ -1,0 +1,153 @@
+"""Shared fixtures: the Kubernetes control plane every Kubernetes-facing test runs against.
+
+* `cluster` (session): a started `LocalCluster` (etcd, kube-apiserver, controller-manager,
+  scheduler, kwok and the kubelet simulation built from Go modules) with one untainted node,
+  `NODE_NAME`. With `ALLOCBRIDGE_TEST_KUBECONFIG=path` an `ExternalCluster` for that existing
+  cluster (e.g. kind) instead; its sandbox helpers skip the test, as only the local cluster
+  has them. Missing binaries fail the fixture with the message that says how to build them.
+* `kubeconfig` (session): the admin kubeconfig's path.
+* `kube` (function): a kubernetes_asyncio `ApiClient` on the test's own event loop;
+  `kube_configuration` is its `Configuration` (e.g. for a `WsApiClient`).
+* `kubectl` (session): runs the built kubectl with that kubeconfig (`kubectl(...)` returns the
+  completed process, `kubectl.json(...)` the parsed `-o json` output).
+* `namespace` (function): a fresh namespace whose `default` ServiceAccount exists; deleted
+  after the test.
+
+Tests under tests/cluster/ get the `cluster` marker (`make unit` deselects them).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import time
+import uuid
+from collections.abc import AsyncIterator, Iterator
+from pathlib import Path
+from typing import Any, NoReturn
+
+import pytest
+from kubernetes_asyncio import client as k8s_client
+from kubernetes_asyncio import config as k8s_config
+
+from allocbridge.localcluster import BinariesMissingError, LocalCluster
+from allocbridge.localcluster.binaries import default_bin_dir
+
+NODE_NAME = "node-1"
+_CLUSTER_TESTS = Path(__file__).parent / "cluster"
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    for item in items:
+        if _CLUSTER_TESTS in item.path.parents:
+            item.add_marker(pytest.mark.cluster)
+
+
+class ExternalCluster:
+    """An existing cluster given by ALLOCBRIDGE_TEST_KUBECONFIG, with LocalCluster's shape."""
+
+    is_local = False
+
+    def __init__(self, kubeconfig: Path) -> None:
+        self.kubeconfig = kubeconfig
+        built = default_bin_dir() / "kubectl"
+        found = str(built) if built.exists() else shutil.which("kubectl")
+        if found is None:
+            pytest.fail("ALLOCBRIDGE_TEST_KUBECONFIG is set but no kubectl was found", False)
+        self.kubectl = Path(found)
+
+    def _local_only(self, *_: object, **__: object) -> NoReturn:
+        pytest.skip("needs the local control plane's kwok nodes and kubelet simulation")
+
+    create_node = sandbox_dir = container_exit = signals = set_handled_signals = _local_only
+
+
+@pytest.fixture(scope="session")
+def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalCluster | ExternalCluster]:
+    external = os.environ.get("ALLOCBRIDGE_TEST_KUBECONFIG")
+    if external:
+        yield ExternalCluster(Path(external).resolve())
+        return
+    local = LocalCluster(state_dir=tmp_path_factory.mktemp("controlplane"))
+    try:
+        local.binaries  # noqa: B018 - fails with the how-to-build message if missing
+    except BinariesMissingError as err:
+        pytest.fail(str(err), pytrace=False)
+    local.start()
+    try:
+        local.create_node(NODE_NAME)
+        yield local
+    finally:
+        local.stop()
+
+
+@pytest.fixture(scope="session")
+def kubeconfig(cluster: LocalCluster | ExternalCluster) -> Path:
+    return cluster.kubeconfig
+
+
+@pytest.fixture
+async def kube_configuration(kubeconfig: Path) -> k8s_client.Configuration:
+    configuration = k8s_client.Configuration()
+    await k8s_config.load_kube_config(
+        config_file=str(kubeconfig), client_configuration=configuration
+    )
+    return configuration
+
+
+@pytest.fixture
+async def kube(kube_configuration: k8s_client.Configuration) -> AsyncIterator[Any]:
+    async with k8s_client.ApiClient(kube_configuration) as api:
+        yield api
+
+
+class Kubectl:
+    """The built kubectl bound to one kubeconfig."""
+
+    def __init__(self, binary: Path, kubeconfig: Path) -> None:
+        self.binary = binary
+        self.kubeconfig = kubeconfig
+
+    def __call__(
+        self, *args: str, check: bool = True, stdin: str | None = None, timeout: float = 60
+    ) -> subprocess.CompletedProcess[str]:
+        done = subprocess.run(
+            [str(self.binary), f"--kubeconfig={self.kubeconfig}", *args],
+            input=stdin,
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+            check=False,
+        )
+        if check and done.returncode != 0:
+            raise AssertionError(
+                f"kubectl {' '.join(args)} exited {done.returncode}: {done.stderr.strip()}"
+            )
+        return done
+
+    def json(self, *args: str, check: bool = True) -> Any:
+        return json.loads(self(*args, "-o", "json", check=check).stdout)
+
+    def apply(self, manifest: dict[str, Any] | str) -> subprocess.CompletedProcess[str]:
+        text = manifest if isinstance(manifest, str) else json.dumps(manifest)
+        return self("apply", "-f", "-", stdin=text)
+
+
+@pytest.fixture(scope="session")
+def kubectl(cluster: LocalCluster | ExternalCluster) -> Kubectl:
+    return Kubectl(Path(cluster.kubectl), cluster.kubeconfig)
+
+
+@pytest.fixture
+def namespace(kubectl: Kubectl) -> Iterator[str]:
+    name = f"t-{uuid.uuid4().hex[:10]}"
+    kubectl("create", "namespace", name)
+    deadline = time.monotonic() + 30
+    while kubectl("get", "serviceaccount", "default", "-n", name, check=False).returncode:
+        if time.monotonic() > deadline:
+            raise AssertionError(f"namespace {name} never got its default ServiceAccount")
+        time.sleep(0.05)
+    yield name
+    kubectl("delete", "namespace", name, "--wait=false", check=False)

@@ -1,0 +1,245 @@
+"""The kill stand-in parses like procps kill, records, and never signals anything."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from allocbridge.localcluster.sandbox import (
+    SignalRecord,
+    container_ended,
+    read_handles,
+    read_signals,
+    signal_number,
+    terminates,
+)
+from allocbridge.localcluster.standins import write_standins
+
+
+@pytest.fixture
+def sandbox(tmp_path: Path) -> Path:
+    folder = tmp_path / "sandbox"
+    folder.mkdir()
+    return folder
+
+
+@pytest.fixture
+def standins(tmp_path: Path) -> Path:
+    return write_standins(tmp_path / "bin")
+
+
+def run(standins: Path, sandbox: Path | None, *argv: str) -> subprocess.CompletedProcess[str]:
+    env = {"PATH": f"{standins}:/usr/bin:/bin"}
+    if sandbox is not None:
+        env["ALLOCBRIDGE_SANDBOX"] = str(sandbox)
+    return subprocess.run(
+        [str(standins / argv[0]), *argv[1:]],
+        env=env,
+        cwd=sandbox or standins,
+        capture_output=True,
+        text=True,
+        timeout=10,
+        check=False,
+    )
+
+
+def records(sandbox: Path) -> list[dict[str, Any]]:
+    log = sandbox / "signals.log"
+    if not log.exists():
+        return []
+    return [json.loads(line) for line in log.read_text().splitlines()]
+
+
+@pytest.mark.parametrize(
+    ("argv", "expected"),
+    [
+        (["1"], ("TERM", 15, [1])),
+        (["-TERM", "1"], ("TERM", 15, [1])),
+        (["-SIGTERM", "1"], ("TERM", 15, [1])),
+        (["-term", "1"], ("TERM", 15, [1])),
+        (["-15", "1"], ("TERM", 15, [1])),
+        (["-9", "1"], ("KILL", 9, [1])),
+        (["-s", "HUP", "1"], ("HUP", 1, [1])),
+        (["-s", "sigusr1", "1"], ("USR1", 10, [1])),
+        (["-s", "2", "1"], ("INT", 2, [1])),
+        (["--signal", "QUIT", "1"], ("QUIT", 3, [1])),
+        (["--signal=ABRT", "1"], ("ABRT", 6, [1])),
+        (["-n", "19", "1"], ("STOP", 19, [1])),
+        (["-n", "CONT", "1"], ("CONT", 18, [1])),
+        (["-IOT", "1"], ("ABRT", 6, [1])),
+        (["-RTMIN+2", "1"], ("RTMIN+2", 36, [1])),
+        (["-0", "1"], ("0", 0, [1])),
+        (["-KILL", "-1"], ("KILL", 9, [-1])),
+        (["-TERM", "--", "-1"], ("TERM", 15, [-1])),
+        (["--", "0"], ("TERM", 15, [0])),
+        (["-q", "5", "-USR2", "1"], ("USR2", 12, [1])),
+    ],
+)
+def test_kill_records_the_signal_for_the_main_process(
+    standins: Path, sandbox: Path, argv: list[str], expected: tuple[str, int, list[int]]
+) -> None:
+    done = run(standins, sandbox, "kill", *argv)
+    assert (done.returncode, done.stdout, done.stderr) == (0, "", "")
+    [record] = records(sandbox)
+    assert (record["signal"], record["number"], record["pids"]) == expected
+    assert record["command"] == "kill"
+    assert record["argv"] == ["kill", *argv]
+    assert record["time"].endswith("Z")
+
+
+def test_other_pids_do_not_exist_but_the_request_is_recorded(standins: Path, sandbox: Path) -> None:
+    done = run(standins, sandbox, "kill", "-TERM", "1", "42", "--", "-7")
+    assert done.returncode == 1
+    assert done.stderr == "kill: (42): No such process\nkill: (-7): No such process\n"
+    [record] = records(sandbox)
+    assert record["pids"] == [1, 42, -7]
+
+
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        (["-FOO", "1"], "kill: unknown signal name FOO\n"),
+        (["-s", "BOGUS", "1"], "kill: unknown signal name BOGUS\n"),
+        (["-65", "1"], "kill: unknown signal name 65\n"),
+        (["-RTMIN+31", "1"], "kill: unknown signal name RTMIN+31\n"),
+        (["abc"], "kill: failed to parse argument: 'abc'\n"),
+        (["-TERM", "1x"], "kill: failed to parse argument: '1x'\n"),
+    ],
+)
+def test_bad_arguments_are_rejected_and_not_recorded(
+    standins: Path, sandbox: Path, argv: list[str], message: str
+) -> None:
+    done = run(standins, sandbox, "kill", *argv)
+    assert (done.returncode, done.stderr) == (1, message)
+    assert records(sandbox) == []
+
+
+@pytest.mark.parametrize("argv", [[], ["-TERM"], ["-s"]])
+def test_missing_pid_prints_usage(standins: Path, sandbox: Path, argv: list[str]) -> None:
+    done = run(standins, sandbox, "kill", *argv)
+    assert done.returncode == 1
+    assert "Usage:" in done.stderr
+    assert records(sandbox) == []
+
+
+def test_list_and_convert_signal_names(standins: Path, sandbox: Path) -> None:
+    listing = run(standins, sandbox, "kill", "-l")
+    names = listing.stdout.split()
+    assert names[:3] == ["HUP", "INT", "QUIT"] and names[14] == "TERM" and len(names) == 31
+    assert len(listing.stdout.splitlines()) == 2  # 16 per line, as procps prints them
+    assert run(standins, sandbox, "kill", "-l", "15").stdout == "TERM\n"
+    assert run(standins, sandbox, "kill", "-l", "sigkill").stdout == "9\n"
+    assert run(standins, sandbox, "kill", "--list=2").stdout == "INT\n"
+    unknown = run(standins, sandbox, "kill", "-l", "143")
+    assert (unknown.returncode, unknown.stderr) == (1, "kill: unknown signal name 143\n")
+    table = run(standins, sandbox, "kill", "-L").stdout
+    assert " 9 KILL" in table and "31 SYS" in table
+    assert records(sandbox) == []
+
+
+def test_stop_and_cont_keep_the_stopped_marker(standins: Path, sandbox: Path) -> None:
+    marker = sandbox / "stopped"
+    run(standins, sandbox, "kill", "-STOP", "1")
+    assert marker.exists()
+    run(standins, sandbox, "kill", "-CONT", "1")
+    assert not marker.exists()
+    run(standins, sandbox, "kill", "-STOP", "42")  # not the main process
+    assert not marker.exists()
+    run(standins, sandbox, "kill", "-TSTP", "1")
+    assert marker.exists()
+    marker.unlink()
+    (sandbox / "handles").write_text("tstp\n")
+    run(standins, sandbox, "kill", "-TSTP", "1")
+    assert not marker.exists()
+
+
+def test_argv_is_json_escaped(standins: Path, sandbox: Path) -> None:
+    odd = 'we"ird\\ arg\twith\ncontrol'
+    done = run(standins, sandbox, "pkill", "-HUP", odd)
+    assert done.returncode == 1  # nothing matched
+    [record] = records(sandbox)
+    assert record["argv"] == ["pkill", "-HUP", odd]
+    assert (record["signal"], record["pids"]) == ("HUP", [])
+
+
+def test_killall_and_power_commands_only_record(standins: Path, sandbox: Path) -> None:
+    done = run(standins, sandbox, "killall", "-s", "KILL", "nginx")
+    assert (done.returncode, done.stderr) == (1, "nginx: no process found\n")
+    for name in ("reboot", "shutdown", "halt", "poweroff"):
+        done = run(standins, sandbox, name, "-f")
+        assert done.returncode == 0
+        assert "nothing was done" in done.stderr
+    got = records(sandbox)
+    assert [r["command"] for r in got] == ["killall", "reboot", "shutdown", "halt", "poweroff"]
+    assert got[0]["signal"] == "KILL"
+    assert got[1]["signal"] is None and got[1]["number"] is None
+
+
+def test_refuses_without_a_sandbox(standins: Path, tmp_path: Path) -> None:
+    done = run(standins, None, "kill", "-TERM", "1")
+    assert done.returncode == 2
+    assert "ALLOCBRIDGE_SANDBOX" in done.stderr
+
+
+def test_standins_are_plain_sh_scripts(standins: Path) -> None:
+    for script in standins.iterdir():
+        assert script.read_text().startswith("#!/bin/sh\n")
+        assert os.access(script, os.X_OK)
+        assert subprocess.run(["sh", "-n", str(script)], check=False).returncode == 0
+
+
+def test_simulation_reads_what_the_standin_wrote(standins: Path, sandbox: Path) -> None:
+    run(standins, sandbox, "kill", "-HUP", "1")
+    run(standins, sandbox, "kill", "-TERM", "-1")
+    (sandbox / "handles").write_text("HUP, usr1 12\n")
+    got = read_signals(sandbox)
+    assert [(r.signal, r.reaches_main_process) for r in got] == [("HUP", True), ("TERM", True)]
+    assert read_handles(sandbox) == {1, 10, 12}
+    assert terminates(15) and terminates(1) and not terminates(1, {1})
+    assert terminates(9, {9}) and not terminates(17) and not terminates(19)
+    assert signal_number("SIGTERM") == 15 and signal_number("bogus") is None
+    assert SignalRecord.parse("not json") is None
+
+
+def test_restart_rules() -> None:
+    now = "2026-01-01T00:00:00Z"
+    pod = {
+        "spec": {"restartPolicy": "Never", "containers": [{"name": "a"}, {"name": "b"}]},
+        "status": {
+            "phase": "Running",
+            "conditions": [{"type": "Ready", "status": "True"}],
+            "containerStatuses": [
+                {
+                    "name": n,
+                    "ready": True,
+                    "restartCount": 0,
+                    "state": {"running": {"startedAt": "2026-01-01T00:00:00Z"}},
+                }
+                for n in ("a", "b")
+            ],
+        },
+    }
+    after_a = container_ended(pod, "a", 143, 15, now)
+    assert after_a is not None and after_a["phase"] == "Running"
+    a = after_a["containerStatuses"][0]
+    assert a["state"]["terminated"] == {
+        "exitCode": 143,
+        "signal": 15,
+        "reason": "Error",
+        "startedAt": "2026-01-01T00:00:00Z",
+        "finishedAt": now,
+    }
+    assert container_ended({"spec": pod["spec"], "status": after_a}, "a", 1, None, now) is None
+    after_b = container_ended({"spec": pod["spec"], "status": after_a}, "b", 0, None, now)
+    assert after_b is not None and after_b["phase"] == "Failed"
+    pod["spec"]["restartPolicy"] = "Always"
+    restarted = container_ended(pod, "b", 0, None, now)
+    assert restarted is not None
+    b = restarted["containerStatuses"][1]
+    assert b["restartCount"] == 1 and b["state"] == {"running": {"startedAt": now}}
+    assert b["lastState"]["terminated"]["reason"] == "Completed"
