@@ -19,9 +19,12 @@ from dataclasses import dataclass, field
 
 from aiohttp import web
 
+from allocbridge.actions.lifecycle import Actions, ActionsSlot
 from allocbridge.api.server import create_app as create_api_app
 from allocbridge.auth.base import AllowAll, Authorizer
+from allocbridge.auth.kubernetes import KubernetesAuthorizer
 from allocbridge.cluster.connection import Credentials
+from allocbridge.cluster.resources import Kube
 from allocbridge.cluster.upstream import UpstreamMonitor
 from allocbridge.config import ListenerSettings, Settings
 from allocbridge.lifecycle import Lifecycle, Next, Phase
@@ -44,7 +47,8 @@ class Replica:
     settings: Settings
     metrics: Metrics = field(default_factory=Metrics)
     store: AllocationStore = field(default_factory=AllocationStore)
-    authorizer: Authorizer = field(default_factory=AllowAll)
+    authorizer: Authorizer = field(init=False)  # from settings.acl: see `authorizer_for`
+    actions: ActionsSlot = field(default_factory=ActionsSlot)
     lifecycle: Lifecycle = field(init=False)
     _signalled: asyncio.Event = field(default_factory=asyncio.Event, init=False)
     _stop_now: asyncio.Event = field(default_factory=asyncio.Event, init=False)
@@ -54,6 +58,7 @@ class Replica:
         controller = self.settings.controller
         grace = controller.graceful_shutdown_wait if controller else None
         self.lifecycle = Lifecycle(grace_period=grace if self.settings.health_enabled else None)
+        self.authorizer = authorizer_for(self.settings)
 
     async def run(self) -> int:
         loop = asyncio.get_running_loop()
@@ -64,7 +69,9 @@ class Replica:
         self.lifecycle.serving()
         log.info("allocbridge is serving", extra={"addresses": self._addresses()})
 
-        monitor = UpstreamMonitor(self.settings.kubernetes, self.lifecycle)
+        monitor = UpstreamMonitor(
+            self.settings.kubernetes, self.lifecycle, on_credentials=self._credentials_loaded
+        )
         background = [
             asyncio.create_task(monitor.run(), name="upstream"),
             asyncio.create_task(self._feed_store(monitor), name="store"),
@@ -78,6 +85,8 @@ class Replica:
         log.info("stopping the API listener")
         if api is not None:
             await api.cleanup()
+        if isinstance(self.authorizer, KubernetesAuthorizer):
+            await self.authorizer.close()
         for task in background:
             task.cancel()
         for task in background:
@@ -104,6 +113,11 @@ class Replica:
         if decision is Next.STOP:
             self._stop_now.set()
 
+    def _credentials_loaded(self, credentials: Credentials) -> None:
+        """Reviews need the process's own credentials; requests before this wait, then 403."""
+        if isinstance(self.authorizer, KubernetesAuthorizer):
+            self.authorizer.connect(credentials)
+
     async def _drain(self) -> None:
         wait = self.lifecycle.grace_period or 0.0
         self.metrics.draining.set(1)
@@ -119,9 +133,12 @@ class Replica:
         await monitor.ready.wait()
         assert monitor.credentials is not None  # ready implies credentials
         api = monitor.credentials.api_client()
+        self.actions.current = Actions(Kube(api), monitor.credentials.configuration())
         try:
             await StoreFeed(self.store, api, self.settings.kubernetes.namespaces).run()
         finally:
+            await self.actions.current.close()
+            self.actions.current = None
             await api.close()
 
     async def _supervise_operator(self, monitor: UpstreamMonitor) -> None:
@@ -152,7 +169,9 @@ class Replica:
         listener = self.settings.listener("api")
         if listener is None:
             return None
-        app = create_api_app(self.metrics, store=self.store, authorizer=self.authorizer)
+        app = create_api_app(
+            self.metrics, store=self.store, authorizer=self.authorizer, actions=self.actions
+        )
         return await _serve(app, listener, shutdown_timeout=IN_FLIGHT_TIMEOUT)
 
     def _addresses(self) -> dict[str, str]:
@@ -176,6 +195,14 @@ async def _serve(
     )
     await site.start()
     return runner
+
+
+def authorizer_for(settings: Settings) -> Authorizer:
+    """`acl { enabled = false }` allows everything; otherwise Kubernetes reviews decide."""
+    if not settings.acl.enabled:
+        log.warning("ACLs are disabled: every API request is allowed")
+        return AllowAll()
+    return KubernetesAuthorizer(namespaces=settings.kubernetes.namespaces)
 
 
 def tls_context(listener: ListenerSettings) -> ssl.SSLContext | None:

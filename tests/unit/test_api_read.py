@@ -426,7 +426,6 @@ async def test_read_endpoints_answer_other_methods_405(
         f"/v1/allocation/{FIRST}/foo",
         f"/v1/allocation/{FIRST}/",
         f"/v1/allocation/{FIRST}/services/extra",
-        f"/v1/allocation/{FIRST}/stop",  # a write endpoint, not served yet
         f"/v1/client/allocation/{FIRST}/nope",
         f"/v1/client/allocation/{FIRST}",
         "/v1/client/allocation/",

@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Final
 
 from aiohttp import web
 
+from allocbridge.actions.lifecycle import ActionsSlot
 from allocbridge.api.errors import ApiError
 from allocbridge.auth import Authorizer, Caller, extract_token
 from allocbridge.store import AllocationStore
@@ -20,6 +21,7 @@ class ApiContext:
     store: AllocationStore
     authorizer: Authorizer
     sync_timeout: float  # seconds a request waits for the store's first full list
+    actions: ActionsSlot = field(default_factory=ActionsSlot)  # stop, signal, restart, pause
 
 
 CONTEXT: Final = web.AppKey("allocbridge_api", ApiContext)

@@ -15,6 +15,7 @@ from typing import Final
 from aiohttp import web
 from aiohttp.typedefs import Handler
 
+from allocbridge.actions.lifecycle import ActionError
 from allocbridge.auth import PermissionDeniedError
 
 log = logging.getLogger(__name__)
@@ -61,6 +62,10 @@ async def error_middleware(request: web.Request, handler: Handler) -> web.Stream
     except PermissionDeniedError as exc:
         log.debug("permission denied", extra=_fields(request, 403, exc.reason))
         return text_response(403, PERMISSION_DENIED)
+    except ActionError as exc:
+        level = logging.ERROR if exc.status >= 500 else logging.DEBUG
+        log.log(level, "action failed", extra=_fields(request, exc.status, exc.message))
+        return text_response(exc.status, exc.message)
     except web.HTTPException:
         raise  # aiohttp's own (for example a request body too large) answer themselves
     except Exception:

@@ -65,6 +65,31 @@ def _errors(*codes: str) -> Json:
     return {code: _ref("responses", f"Error{code}") for code in codes}
 
 
+def _write(
+    summary: str,
+    description: str,
+    parameters: list[Json],
+    body: Json | None,
+    answer: Json,
+    *,
+    methods: tuple[str, ...],
+    index_header: bool = False,
+) -> Json:
+    """One write operation, the same under each of its methods."""
+    ok = _ok("Done", answer, meta=False)
+    if index_header:
+        ok["headers"] = {"X-Nomad-Index": _META_HEADERS["X-Nomad-Index"]}
+    operation: Json = {
+        "summary": summary,
+        "description": description,
+        "parameters": parameters,
+        "responses": {"200": ok, **_errors("400", "403", "404", "405", "409", "500", "503")},
+    }
+    if body is not None:
+        operation["requestBody"] = {"content": {"application/json": {"schema": body}}}
+    return {method: operation for method in methods}
+
+
 def _task_state() -> Json:
     return {
         "type": "object",
@@ -290,6 +315,10 @@ def _parameters() -> Json:
         "reverse": _param("reverse", "query", _BOOL, "Reverse the order"),
         "resources": _param("resources", "query", _BOOL, "Include AllocatedResources"),
         "task_states": _param("task_states", "query", _BOOL, "Include TaskStates (default)"),
+        "no_shutdown_delay": _param(
+            "no_shutdown_delay", "query", _BOOL, "Skip the group and task shutdown delay"
+        ),
+        "task": _param("task", "query", _STRING, "Task name", required=True),
     }
 
 
@@ -302,6 +331,8 @@ def _responses() -> Json:
             ("403", "`Permission denied`"),
             ("404", "Unknown allocation or resource"),
             ("405", "`Invalid method`"),
+            ("409", "The allocation or task is not in a state that allows this"),
+            ("500", "The action could not be carried out (the text says why)"),
             ("503", "The replica has not loaded the allocations yet"),
         )
     }
@@ -389,6 +420,63 @@ def _paths() -> Json:
                     **_errors("400", "403", "404", "405", "503"),
                 },
             }
+        },
+        "/v1/allocation/{alloc_id}/stop": _write(
+            "Stop the allocation and reschedule it",
+            "ACL: alloc-lifecycle. Creates a linked replacement allocation.",
+            [*alloc_id, _ref("parameters", "no_shutdown_delay")],
+            None,
+            {
+                "type": "object",
+                "properties": {"EvalID": _STRING, "Index": _INT},
+            },
+            methods=("post", "put"),
+            index_header=True,
+        ),
+        "/v1/client/allocation/{alloc_id}/signal": _write(
+            "Send a signal to one task or every running task",
+            "ACL: alloc-lifecycle.",
+            alloc_id,
+            {"type": "object", "properties": {"Signal": _STRING, "Task": _STRING}},
+            {"type": "object"},
+            methods=("post", "put"),
+        ),
+        "/v1/client/allocation/{alloc_id}/restart": _write(
+            "Restart a task, the running tasks, or all tasks in place",
+            "ACL: alloc-lifecycle. TaskName and AllTasks=true exclude each other.",
+            alloc_id,
+            {"type": "object", "properties": {"TaskName": _STRING, "AllTasks": _BOOL}},
+            {"type": "object"},
+            methods=("get", "post", "put"),
+        ),
+        "/v1/client/allocation/{alloc_id}/pause": {
+            "get": {
+                "summary": "Read a task's pause schedule state",
+                "description": "ACL: read-job.",
+                "parameters": [*alloc_id, _ref("parameters", "task")],
+                "responses": {
+                    "200": _ok(
+                        "The state",
+                        {"type": "object", "properties": {"ScheduleState": _STRING}},
+                        meta=False,
+                    ),
+                    **_errors("400", "403", "404", "405", "503"),
+                },
+            },
+            **_write(
+                "Override a task's pause schedule",
+                "ACL: job-submit. ScheduleState: pause, run or scheduled.",
+                alloc_id,
+                {
+                    "type": "object",
+                    "properties": {
+                        "Task": _STRING,
+                        "ScheduleState": {"type": "string", "enum": ["pause", "run", "scheduled"]},
+                    },
+                },
+                {"type": "object", "properties": {"Index": _INT}},
+                methods=("post", "put"),
+            ),
         },
         "/v1/allocation/{alloc_id}/checks": checks,
         "/v1/client/allocation/{alloc_id}/checks": checks,

@@ -21,7 +21,18 @@ from typing import Final
 
 from aiohttp import web
 
-from allocbridge.api import allocation, allocations, checks, openapi, services
+from allocbridge.actions.lifecycle import ActionsSlot
+from allocbridge.api import (
+    allocation,
+    allocations,
+    checks,
+    openapi,
+    pause,
+    restart,
+    services,
+    signal,
+    stop,
+)
 from allocbridge.api.context import CONTEXT, ApiContext
 from allocbridge.api.errors import error_middleware
 from allocbridge.api.routing import Endpoint, add_endpoints, add_fallthroughs
@@ -37,6 +48,10 @@ _ENDPOINT_MODULES: Final[Sequence[Sequence[Endpoint]]] = (
     allocation.ENDPOINTS,
     services.ENDPOINTS,
     checks.ENDPOINTS,
+    stop.ENDPOINTS,
+    signal.ENDPOINTS,
+    restart.ENDPOINTS,
+    pause.ENDPOINTS,
     openapi.ENDPOINTS,
 )
 
@@ -46,6 +61,7 @@ def create_app(
     *,
     store: AllocationStore,
     authorizer: Authorizer,
+    actions: ActionsSlot | None = None,
     sync_timeout: float = DEFAULT_SYNC_TIMEOUT,
 ) -> web.Application:
     """Build the `/v1` application over `store`, asking `authorizer` about every request.
@@ -54,7 +70,12 @@ def create_app(
     with their current data instead of being cut off.
     """
     app = web.Application(middlewares=[request_metrics(metrics, "api"), error_middleware])
-    app[CONTEXT] = ApiContext(store=store, authorizer=authorizer, sync_timeout=sync_timeout)
+    app[CONTEXT] = ApiContext(
+        store=store,
+        authorizer=authorizer,
+        sync_timeout=sync_timeout,
+        actions=actions if actions is not None else ActionsSlot(),
+    )
     for endpoints in _ENDPOINT_MODULES:
         add_endpoints(app.router, endpoints)
     add_fallthroughs(app.router)

@@ -72,6 +72,13 @@ def parse_time_ns(text: str | None) -> int | None:
     return int(moment.timestamp() * NS)
 
 
+def merge_patch(old: Mapping[str, Any], new: Mapping[str, Any]) -> dict[str, Any]:
+    """A top-level JSON merge patch turning status `old` into `new` (removed keys -> null)."""
+    patch: dict[str, Any] = {k: None for k in old if k not in new}
+    patch.update({k: v for k, v in new.items() if old.get(k) != v})
+    return patch
+
+
 def task_event(kind: str, time_ns: int, display: str, **fields: Any) -> dict[str, Any]:
     """A Nomad task event in status form; empty fields are left out (the wire fills them)."""
     event: dict[str, Any] = {"type": kind, "time": time_ns, "displayMessage": display}
@@ -100,6 +107,7 @@ class _Tasks:
                 "startedAt": old.get("startedAt"),
                 "finishedAt": old.get("finishedAt"),
                 "lastRestart": old.get("lastRestart"),
+                "paused": old.get("paused", ""),
                 "events": list(old.get("events", [])),
             }
 
@@ -213,6 +221,8 @@ class _Derivation:
         if pod is None:
             if self.stopping or self.terminal:
                 self.finish_killed()
+            elif self.status.get("recreatePod"):
+                self.recreated()
             elif self.status.get("podCreated"):
                 self.pod_vanished()
             elif self.now < int(self.status.get("startAfter", 0)):
@@ -227,7 +237,12 @@ class _Derivation:
         else:
             self.follow_containers(pod)
             self.record_kube_events(kube_events)
-            self.enforce_leader()
+            if self.stopping:
+                self.stop_pod()
+            elif self.status.get("recreatePod"):
+                self.recreate_pod()
+            else:
+                self.enforce_leader()
 
         status = self.status
         status["taskStates"] = self.tasks.states
@@ -298,6 +313,11 @@ class _Derivation:
         """One in-place container restart by the kubelet, checked against the group policy."""
         self.exited(task, last)
         seen = self.seen(task.name)
+        if int(seen.get("userRestarts", 0)) > 0:
+            # Asked for through the restart API: Nomad does not count it against the policy.
+            seen["userRestarts"] = int(seen["userRestarts"]) - 1
+            self.restarting(task, "User requested restart", delay=0.0)
+            return
         allowed, history = _restart_allowed(self.policy, seen.get("restartTimes", []), self.now)
         if not allowed and self.policy.mode == "fail":
             self.not_restarting(task)
@@ -323,8 +343,8 @@ class _Derivation:
             message=message,
         )
 
-    def restarting(self, task: Task, reason: str) -> None:
-        delay = self.policy.delay_seconds
+    def restarting(self, task: Task, reason: str, delay: float | None = None) -> None:
+        delay = self.policy.delay_seconds if delay is None else delay
         self.add(
             task.name,
             "Restarting",
@@ -379,6 +399,45 @@ class _Derivation:
             self.status["podCreated"] = False
             self.status["startAfter"] = self.now + int(self.policy.delay_seconds * NS)
             self.decision.requeue_after = self.policy.delay_seconds
+
+    def stop_pod(self) -> None:
+        """Desired status `stop`: after the shutdown delay, `Killing` and delete the pod."""
+        due = int(self.status.get("stopAt", 0))
+        if self.now < due:
+            self.decision.requeue_after = (due - self.now) / NS
+            return
+        if not self.status.get("killSent"):
+            self.status["killSent"] = True
+            for task in self.spec.tasks:
+                if self.tasks.state(task.name) == DEAD:
+                    continue
+                kill = task.kill_timeout_seconds
+                self.add(
+                    task.name,
+                    "Killing",
+                    f"Sent interrupt. Waiting {_duration_text(kill)} before force killing",
+                    killTimeout=int(kill * NS),
+                    killReason="alloc was stopped",
+                )
+        self.decision.delete_pod = True
+
+    def recreate_pod(self) -> None:
+        """Restart all tasks (prestart ones too): the pod is replaced, not failed."""
+        if not self.status.get("recreateKillSent"):
+            self.status["recreateKillSent"] = True
+            self.decision.delete_pod = True
+        else:
+            self.decision.requeue_after = 0.5  # still terminating
+
+    def recreated(self) -> None:
+        """The pod removed for a full restart is gone: every task starts over."""
+        for task in self.spec.tasks:
+            self.seen(task.name).clear()
+            self.restarting(task, "User requested all tasks to restart", delay=0.0)
+        for key in ("recreatePod", "recreateKillSent"):
+            self.status.pop(key, None)
+        self.status["podCreated"] = False
+        self.decision.create_pod = True
 
     def finish_killed(self) -> None:
         """The pod is gone on purpose (stop, or a failed allocation): live tasks are `Killed`."""

@@ -97,6 +97,7 @@ def task_state(state: Mapping[str, Any]) -> Json:
         "FinishedAt": state.get("finishedAt"),
         "Events": [task_event(e) for e in state.get("events", [])],
         "TaskHandle": None,
+        "Paused": state.get("paused", ""),
     }
 
 
@@ -153,11 +154,14 @@ def allocation(
         "DesiredStatus": status.get("desiredStatus", "run"),
         "DesiredDescription": status.get("desiredDescription", ""),
         "DesiredTransition": {
-            "Migrate": None,
-            "Reschedule": None,
-            "ForceReschedule": None,
-            "NoShutdownDelay": None,
-            "MigrateDisablePlacement": None,
+            key: (status.get("desiredTransition") or {}).get(key[:1].lower() + key[1:])
+            for key in (
+                "Migrate",
+                "Reschedule",
+                "ForceReschedule",
+                "NoShutdownDelay",
+                "MigrateDisablePlacement",
+            )
         },
         "ClientStatus": status.get("clientStatus", "pending"),
         "ClientDescription": status.get("clientDescription", ""),

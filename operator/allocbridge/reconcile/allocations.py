@@ -22,6 +22,7 @@ from allocbridge.model import pods
 from allocbridge.model.status import (
     KubeEvent,
     derive,
+    merge_patch,
     parse_time_ns,
     validation_failed,
 )
@@ -53,13 +54,6 @@ def kube_event(event: Mapping[str, Any]) -> KubeEvent:
         time_ns=parse_time_ns(stamp) or time.time_ns(),
         container=container,
     )
-
-
-def status_patch(old: Mapping[str, Any], new: Mapping[str, Any]) -> dict[str, Any]:
-    """A JSON merge patch turning `old` into `new` (removed keys become null)."""
-    patch: dict[str, Any] = {k: None for k in old if k not in new}
-    patch.update({k: v for k, v in new.items() if old.get(k) != v})
-    return patch
 
 
 class Reconciler:
@@ -191,7 +185,7 @@ class Reconciler:
         status["nodeID"] = self.node_uids.get(node, "")
 
     async def _write(self, alloc: Json, previous: Json, status: Json) -> None:
-        patch = status_patch(previous, status)
+        patch = merge_patch(previous, status)
         if not patch:
             return
         patch["modifyTime"] = time.time_ns()

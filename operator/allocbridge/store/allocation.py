@@ -43,6 +43,8 @@ class StoredAllocation:
     wire: dict[str, Any]
     services: Sequence[Mapping[str, Any]] = ()
     checks: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
+    object_name: str = ""
+    """The Allocation object's Kubernetes name (the wire has only Nomad's `Name`)."""
 
     stub: Json = field(init=False, repr=False)
     """The list stub with TaskStates and without AllocatedResources."""
@@ -89,6 +91,7 @@ class StoredAllocation:
         *,
         services: Sequence[Mapping[str, Any]] = (),
         checks: Mapping[str, Mapping[str, Any]] | None = None,
+        object_name: str = "",
     ) -> StoredAllocation:
         """Build one from a wire dict that carries its own ID, Namespace and indexes."""
         return cls(
@@ -100,6 +103,7 @@ class StoredAllocation:
             wire=wire,
             services=services,
             checks={} if checks is None else checks,
+            object_name=object_name,
         )
 
     def stub_json(self, *, task_states: bool = True, resources: bool = False) -> bytes:

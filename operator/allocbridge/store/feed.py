@@ -38,6 +38,7 @@ def render(obj: Mapping[str, Any], pod: Mapping[str, Any] | None) -> StoredAlloc
         wire.allocation(obj, usable, pod),
         services=wire.services(obj, usable, pod),
         checks=wire.checks(obj, usable, pod),
+        object_name=str(obj["metadata"]["name"]),
     )
 
 

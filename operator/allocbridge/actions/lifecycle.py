@@ -1,0 +1,395 @@
+"""Stop, signal, restart and pause, as operations on the allocation's pod.
+
+How each maps to Kubernetes (the README repeats this):
+- stop: the Allocation's status gets desired status `stop` (and `stopAt`, the end of the
+  shutdown delay unless `no_shutdown_delay`); the reconciler then records `Killing` and deletes
+  the pod, and the allocation ends `complete`. A replacement Allocation with the same spec is
+  created and linked both ways (`PreviousAllocation`/`NextAllocation`, `RescheduleTracker`).
+- signal: `kill -s SIG 1` is executed in the task's container through `pods/exec` (no shell),
+  so the container's main process (PID 1) gets it. A container without a `kill` binary gives a
+  clear error. Linux delivers a signal to PID 1 only if it installed a handler for it, so a
+  signal the main process does not handle is ignored by the kernel; see the README.
+- restart: `kill -s TERM 1` in each task's container; the kubelet restarts the container in
+  place (restartPolicy Always/OnFailure) and the status shows `Restart Signaled`, then
+  `Terminated`, `Restarting`, `Started`. A restart asked for here does not count against the
+  restart policy. If the container has not exited after its kill timeout, SIGKILL follows.
+  `AllTasks` replaces the pod instead, so that prestart tasks run again.
+- pause: `kill -s STOP 1` / `kill -s CONT 1` in the container, with `Pausing`/`Running` events
+  and the schedule state in the task state.
+Every action writes its events into the Allocation's status with an optimistic-concurrency
+retry, so writes from API replicas and the reconciler never overwrite each other.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import datetime
+import logging
+import time
+import uuid
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from kubernetes_asyncio import client
+from kubernetes_asyncio.client.exceptions import ApiException
+
+from allocbridge.cluster.commands import CommandError, CommandResult, run_command
+from allocbridge.cluster.resources import Json, Kube
+from allocbridge.model import schedule as sched
+from allocbridge.model.signals import canonical
+from allocbridge.model.spec import AllocationSpec, parse_spec
+from allocbridge.model.status import MAX_EVENTS, NS, merge_patch, task_event
+
+log = logging.getLogger(__name__)
+
+WRITE_RETRIES = 8
+
+
+class ActionError(Exception):
+    """A request the action refuses or cannot carry out; `status` is the HTTP status."""
+
+    def __init__(self, status: int, message: str) -> None:
+        super().__init__(message)
+        self.status = status
+        self.message = message
+
+
+@dataclass(frozen=True)
+class Target:
+    """The Allocation object an action works on."""
+
+    namespace: str
+    name: str
+    alloc_id: str
+
+
+Mutation = Callable[[Json, Json], None]  # (status, whole object) -> None, edits status in place
+
+
+@dataclass
+class Actions:
+    """The lifecycle actions, bound to one Kubernetes client (on the API's event loop)."""
+
+    kube: Kube
+    configuration: client.Configuration
+    escalations: set[asyncio.Task[None]] = field(default_factory=set)
+
+    # -- reading and writing the Allocation ----------------------------------------------
+
+    async def load(self, target: Target) -> tuple[Json, AllocationSpec]:
+        obj = await self.kube.get_allocation(target.namespace, target.name)
+        if obj is None or obj["metadata"]["uid"] != target.alloc_id:
+            raise ActionError(404, f'Unknown allocation "{target.alloc_id}"')
+        try:
+            return obj, parse_spec(obj.get("spec") or {})
+        except ValueError as exc:
+            raise ActionError(409, f"allocation has an invalid spec: {exc}") from exc
+
+    async def update(self, target: Target, mutate: Mutation) -> Json:
+        """Read-modify-write of the status with the resourceVersion as precondition."""
+        for _ in range(WRITE_RETRIES):
+            obj, _spec = await self.load(target)
+            status: Json = _deep_copy(obj.get("status") or {})
+            mutate(status, obj)
+            try:
+                return await self.kube.patch_allocation_status(
+                    target.namespace,
+                    target.name,
+                    merge_patch(obj.get("status") or {}, status),
+                    obj["metadata"]["resourceVersion"],
+                )
+            except ApiException as exc:
+                if exc.status != 409:
+                    raise
+        raise ActionError(500, "the allocation kept changing; try again")
+
+    async def record(self, target: Target, events: Mapping[str, list[Json]]) -> Json:
+        return await self.update(target, lambda status, _obj: _add_events(status, events))
+
+    async def exec(self, target: Target, task: str, argv: list[str]) -> CommandResult:
+        try:
+            return await run_command(self.configuration, target.namespace, target.name, task, argv)
+        except CommandError as exc:
+            text = str(exc)
+            if "executable file not found" in text or "no such file" in text.lower():
+                raise ActionError(
+                    500,
+                    f'cannot signal task "{task}": its container has no "{argv[0]}" binary '
+                    "(allocbridge delivers signals with the container's own kill)",
+                ) from exc
+            raise ActionError(500, f'cannot run {argv[0]} in task "{task}": {text}') from exc
+
+    # -- stop ----------------------------------------------------------------------------
+
+    async def stop(self, target: Target, *, no_shutdown_delay: bool) -> tuple[str, int]:
+        """Stop and reschedule; returns (EvalID, index of the write)."""
+        obj, spec = await self.load(target)
+        status = obj.get("status") or {}
+        if status.get("desiredStatus") == "stop":
+            raise ActionError(409, f'allocation "{target.alloc_id}" is already stopped')
+        eval_id = str(uuid.uuid4())
+        now = time.time_ns()
+        replacement = await self._replace(obj, now)
+        new_id = replacement["metadata"]["uid"]
+        delay = 0.0 if no_shutdown_delay else _shutdown_delay(spec)
+
+        def stop(status: Json, _obj: Json) -> None:
+            if status.get("desiredStatus") == "stop":
+                raise ActionError(409, f'allocation "{target.alloc_id}" is already stopped')
+            status["desiredStatus"] = "stop"
+            status["desiredDescription"] = "alloc was stopped by user request and rescheduled"
+            status["desiredTransition"] = {"migrate": True, "noShutdownDelay": no_shutdown_delay}
+            status["nextAllocation"] = new_id
+            status["followupEvalID"] = eval_id
+            status["stopAt"] = now + int(delay * NS)
+
+        written = await self.update(target, stop)
+        return eval_id, int(written["metadata"]["resourceVersion"])
+
+    async def _replace(self, obj: Json, now: int) -> Json:
+        meta = obj["metadata"]
+        status = obj.get("status") or {}
+        body = {
+            "apiVersion": obj["apiVersion"],
+            "kind": obj["kind"],
+            "metadata": {
+                "name": replacement_name(meta["name"]),
+                "namespace": meta["namespace"],
+                "labels": meta.get("labels") or {},
+            },
+            "spec": obj["spec"],
+        }
+        try:
+            created = await self.kube.create_allocation(meta["namespace"], body)
+        except ApiException as exc:
+            if exc.status == 409:
+                raise ActionError(409, "a replacement allocation exists already") from exc
+            raise
+        tracker = status.get("rescheduleTracker") or {}
+        event = {
+            "prevAllocID": meta["uid"],
+            "prevNodeID": status.get("nodeID", ""),
+            "rescheduleTime": now,
+            "delay": 0,
+        }
+        link = {
+            "previousAllocation": meta["uid"],
+            "rescheduleTracker": {
+                "events": [*tracker.get("events", []), event],
+                "lastReschedule": "ok",
+            },
+        }
+        new = Target(meta["namespace"], created["metadata"]["name"], created["metadata"]["uid"])
+        await self.update(new, lambda s, _o: s.update(link))
+        return created
+
+    # -- signal --------------------------------------------------------------------------
+
+    async def signal(self, target: Target, signal_name: str, task: str | None) -> None:
+        name = canonical(signal_name)
+        obj, spec = await self.load(target)
+        tasks = self._running_tasks(obj, spec, task)
+        events = {
+            t: [
+                task_event(
+                    "Signaling",
+                    time.time_ns(),
+                    f"Task being sent signal {name}",
+                    taskSignal=name,
+                    taskSignalReason="signal sent through the API",
+                )
+            ]
+            for t in tasks
+        }
+        await self.record(target, events)
+        failures = []
+        for t in tasks:
+            result = await self.exec(target, t, ["kill", "-s", name.removeprefix("SIG"), "1"])
+            if result.exit_code != 0:
+                failures.append(f"Failed to signal task: {t}, err: {result.stderr.strip()}")
+        if failures:
+            raise ActionError(500, "; ".join(failures))
+
+    def _running_tasks(self, obj: Json, spec: AllocationSpec, task: str | None) -> list[str]:
+        states = (obj.get("status") or {}).get("taskStates") or {}
+        if task:
+            if spec.task(task) is None:
+                raise ActionError(404, "Task not found")
+            if (states.get(task) or {}).get("state") != "running":
+                raise ActionError(409, "Task not running")
+            return [task]
+        return [t.name for t in spec.tasks if (states.get(t.name) or {}).get("state") == "running"]
+
+    # -- restart -------------------------------------------------------------------------
+
+    async def restart(self, target: Target, task_name: str, all_tasks: bool) -> None:
+        if task_name and all_tasks:
+            raise ActionError(400, "task name cannot be set when restarting all tasks")
+        obj, spec = await self.load(target)
+        status = obj.get("status") or {}
+        if status.get("desiredStatus") == "stop" or status.get("clientStatus") in (
+            "complete",
+            "failed",
+            "lost",
+        ):
+            raise ActionError(409, "restart of an alloc that should not run")
+        if task_name and spec.task(task_name) is None:
+            raise ActionError(404, f"Could not find task runner for task: {task_name}")
+        now = time.time_ns()
+        if all_tasks:
+            reason = "User requested all tasks to restart"
+            events = {t.name: [_restart_signaled(now, reason)] for t in spec.tasks}
+
+            def recreate(status: Json, _obj: Json) -> None:
+                _add_events(status, events)
+                status["recreatePod"] = True
+
+            await self.update(target, recreate)
+            return
+        tasks = self._running_tasks(obj, spec, task_name or None)
+        reason = (
+            "User requested task to restart"
+            if task_name
+            else ("User requested running tasks to restart")
+        )
+        events = {t: [_restart_signaled(now, reason)] for t in tasks}
+
+        def expect(status: Json, _obj: Json) -> None:
+            _add_events(status, events)
+            observed = status.setdefault("observed", {})
+            for t in tasks:
+                seen = observed.setdefault(t, {})
+                seen["userRestarts"] = int(seen.get("userRestarts", 0)) + 1
+
+        await self.update(target, expect)
+        for t in tasks:
+            result = await self.exec(target, t, ["kill", "-s", "TERM", "1"])
+            if result.exit_code != 0:
+                raise ActionError(500, f"failed to restart task {t}: {result.stderr.strip()}")
+            wait = (spec.task(t) or spec.tasks[0]).kill_timeout_seconds
+            escalation = asyncio.create_task(self._escalate(target, t, obj, wait))
+            self.escalations.add(escalation)
+            escalation.add_done_callback(self.escalations.discard)
+
+    async def _escalate(self, target: Target, task: str, before: Json, wait: float) -> None:
+        """SIGKILL a container that has not exited within its kill timeout."""
+        start = _restart_count(await self.kube.get_pod(target.namespace, target.name), task)
+        await asyncio.sleep(wait)
+        pod = await self.kube.get_pod(target.namespace, target.name)
+        if pod is None or _restart_count(pod, task) > start:
+            return
+        log.warning("task did not exit after SIGTERM; sending SIGKILL", extra={"task": task})
+        await self.record(
+            target,
+            {
+                task: [
+                    task_event(
+                        "Killing",
+                        time.time_ns(),
+                        "Sent SIGKILL after kill timeout",
+                        killReason="restart: task did not exit after SIGTERM",
+                    )
+                ]
+            },
+        )
+        with contextlib.suppress(ActionError):
+            await self.exec(target, task, ["kill", "-s", "KILL", "1"])
+
+    # -- pause ---------------------------------------------------------------------------
+
+    async def pause_state(self, target: Target, task: str) -> str:
+        obj, spec = await self.load(target)
+        if spec.task(task) is None:
+            raise ActionError(404, "Task not found")
+        state = ((obj.get("status") or {}).get("taskStates") or {}).get(task) or {}
+        return str(state.get("paused", ""))
+
+    async def set_pause(self, target: Target, task: str, request: str) -> int:
+        """Apply an override; returns the index of the write."""
+        if request not in sched.REQUESTS:
+            raise ActionError(400, sched.INVALID_STATE)
+        obj, spec = await self.load(target)
+        found = spec.task(task)
+        if found is None:
+            raise ActionError(404, "Task not found")
+        current = str(
+            (((obj.get("status") or {}).get("taskStates") or {}).get(task) or {}).get("paused", "")
+        )
+        wanted = sched.transition(current, request, found.schedule)
+        settled = sched.settle(wanted, found.schedule, datetime.datetime.now(datetime.UTC))
+        return await self.apply_pause(target, task, current, settled, override=True)
+
+    async def apply_pause(
+        self, target: Target, task: str, current: str, new: str, *, override: bool
+    ) -> int:
+        """Move a task to schedule state `new`, stopping or continuing its process."""
+        cause = "override" if override else "schedule"
+        events: list[Json] = []
+        if sched.paused(new) and not sched.paused(current):
+            await self.exec(target, task, ["kill", "-s", "STOP", "1"])
+            events.append(task_event("Pausing", time.time_ns(), f"Pausing due to {cause}"))
+        elif sched.paused(current) and not sched.paused(new):
+            await self.exec(target, task, ["kill", "-s", "CONT", "1"])
+            events.append(task_event("Running", time.time_ns(), f"Running due to {cause}"))
+
+        def move(status: Json, _obj: Json) -> None:
+            _add_events(status, {task: events})
+            status.setdefault("taskStates", {}).setdefault(task, {})["paused"] = new
+
+        written = await self.update(target, move)
+        return int(written["metadata"]["resourceVersion"])
+
+    async def close(self) -> None:
+        for task in list(self.escalations):
+            task.cancel()
+        await asyncio.gather(*self.escalations, return_exceptions=True)
+
+
+@dataclass
+class ActionsSlot:
+    """Where the API finds the actions: empty until Kubernetes credentials are loaded."""
+
+    current: Actions | None = None
+
+
+def replacement_name(name: str) -> str:
+    """`web-0` -> `web-0-r1` -> `web-0-r2`: the replacement of a stopped allocation."""
+    base, sep, generation = name.rpartition("-r")
+    if sep and base and generation.isdigit():
+        return f"{base}-r{int(generation) + 1}"
+    return f"{name}-r1"
+
+
+def _shutdown_delay(spec: AllocationSpec) -> float:
+    delays = [spec.task_group.shutdown_delay_seconds] + [
+        t.shutdown_delay_seconds for t in spec.tasks
+    ]
+    return max(delays)
+
+
+def _restart_signaled(now: int, reason: str) -> Json:
+    return task_event("Restart Signaled", now, reason, restartReason=reason)
+
+
+def _add_events(status: Json, events: Mapping[str, list[Json]]) -> None:
+    states = status.setdefault("taskStates", {})
+    for task, new in events.items():
+        state = states.setdefault(task, {"state": "pending", "events": []})
+        state["events"] = [*state.get("events", []), *new][-MAX_EVENTS:]
+
+
+def _restart_count(pod: Json | None, task: str) -> int:
+    for item in ((pod or {}).get("status") or {}).get("containerStatuses") or []:
+        if item.get("name") == task:
+            return int(item.get("restartCount", 0))
+    return 0
+
+
+def _deep_copy(value: Any) -> Any:
+    if isinstance(value, dict):
+        return {k: _deep_copy(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_deep_copy(v) for v in value]
+    return value

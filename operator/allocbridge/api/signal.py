@@ -1,0 +1,40 @@
+"""`POST|PUT /v1/client/allocation/:alloc_id/signal`: send a signal to one task or all running.
+
+Body `{"Signal": "SIGUSR1", "Task": "web"}` (keys case-insensitive, as Go decodes them); answers
+`{}`. Nomad answers 500 for an unknown or stopped task; here those are 404 `Task not found` and
+409 `Task not running`, and an unknown signal name is 400 (see the README's compatibility table).
+"""
+
+from __future__ import annotations
+
+from aiohttp import web
+
+from allocbridge.api.errors import ApiError
+from allocbridge.api.render import json_response
+from allocbridge.api.routing import ALLOC_ID, Endpoint
+from allocbridge.api.targets import actions, field, json_body, target
+from allocbridge.auth import ALLOC_LIFECYCLE
+from allocbridge.model.signals import UnknownSignalError, canonical
+
+
+async def signal_allocation(request: web.Request) -> web.StreamResponse:
+    body = await json_body(request, required=True)
+    name = field(body, "Signal", str, "")
+    task = field(body, "Task", str, "")
+    if not name:
+        raise ApiError(400, 'missing signal: the body needs a Signal such as "SIGUSR1"')
+    try:
+        canonical(name)
+    except UnknownSignalError as exc:
+        raise ApiError(400, str(exc)) from exc
+    _alloc, where = await target(request, ALLOC_LIFECYCLE)
+    await actions(request).signal(where, name, task or None)
+    return json_response(b"{}")
+
+
+ENDPOINTS = [
+    Endpoint(
+        f"/v1/client/allocation/{ALLOC_ID}/signal",
+        {"POST": signal_allocation, "PUT": signal_allocation},
+    ),
+]

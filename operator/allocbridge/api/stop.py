@@ -1,0 +1,32 @@
+"""`POST|PUT /v1/allocation/:alloc_id/stop`: stop the allocation and reschedule it.
+
+Answers `{"EvalID", "Index"}` with `X-Nomad-Index`; an unknown allocation is 404
+`allocation not found` (checked before the capability, as in Nomad). Stopping an allocation
+that is already stopped answers 409 with a message saying so (Nomad would stop it again).
+"""
+
+from __future__ import annotations
+
+from aiohttp import web
+
+from allocbridge.api.query import parse_bool_option
+from allocbridge.api.render import json_response, render
+from allocbridge.api.routing import ALLOC_ID, Endpoint
+from allocbridge.api.targets import actions, target
+from allocbridge.auth import ALLOC_LIFECYCLE
+
+
+async def stop_allocation(request: web.Request) -> web.StreamResponse:
+    no_delay = parse_bool_option(request.query, "no_shutdown_delay") or False
+    parse_bool_option(
+        request.query, "reschedule"
+    )  # accepted as Nomad does; stop always reschedules
+    _alloc, where = await target(request, ALLOC_LIFECYCLE, not_found="allocation not found")
+    eval_id, index = await actions(request).stop(where, no_shutdown_delay=no_delay)
+    body = render({"EvalID": eval_id, "Index": index}, pretty=False)
+    return json_response(body, headers={"X-Nomad-Index": str(index)})
+
+
+ENDPOINTS = [
+    Endpoint(f"/v1/allocation/{ALLOC_ID}/stop", {"POST": stop_allocation, "PUT": stop_allocation}),
+]

@@ -1,0 +1,43 @@
+"""Signal names as Nomad accepts them (`SIGUSR1`, also `USR1` or a number), mapped to Linux.
+
+Nomad passes the name to the driver, which looks it up in Go's signal table; an unknown name is
+an error before anything is sent. Linux numbers are used because the pods run on Linux.
+"""
+
+from __future__ import annotations
+
+import signal
+
+_NAMES: dict[str, int] = {
+    s.name: int(s.value)
+    for s in signal.Signals
+    if s.name.startswith("SIG") and not s.name.startswith("SIG_")
+}
+NUMBERS: dict[int, str] = {}
+for _name, _number in sorted(_NAMES.items()):
+    NUMBERS.setdefault(_number, _name)
+
+#: Signals whose default action ends a process (what a restart or stop relies on).
+TERMINATING = frozenset({"SIGTERM", "SIGINT", "SIGKILL", "SIGQUIT", "SIGABRT", "SIGHUP"})
+
+
+class UnknownSignalError(ValueError):
+    """The name is not a signal; the message says so the way the API answers it."""
+
+
+def canonical(name: str) -> str:
+    """`SIGUSR1` for `SIGUSR1`, `sigusr1`, `USR1` or `10`; raises UnknownSignalError."""
+    text = name.strip().upper()
+    if text.isdigit():
+        number = int(text)
+        if number in NUMBERS:
+            return NUMBERS[number]
+    else:
+        full = text if text.startswith("SIG") else f"SIG{text}"
+        if full in _NAMES:
+            return full
+    raise UnknownSignalError(f"invalid signal {name!r}: not a known signal name")
+
+
+def number(name: str) -> int:
+    return _NAMES[canonical(name)]
