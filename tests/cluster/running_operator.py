@@ -35,9 +35,14 @@ def free_port() -> int:
 
 
 def http(
-    url: str, method: str = "GET", body: Any = None, token: str | None = None
+    url: str,
+    method: str = "GET",
+    body: Any = None,
+    token: str | None = None,
+    raw: bytes | None = None,
 ) -> tuple[int, bytes, dict[str, str]]:
-    data = None if body is None else json.dumps(body).encode()
+    """A request with a JSON `body` (or `raw` bytes); returns status, body and headers."""
+    data = raw if raw is not None else None if body is None else json.dumps(body).encode()
     request = urllib.request.Request(url, method=method, data=data)
     if token:
         request.add_header("X-Nomad-Token", token)

@@ -10,6 +10,7 @@ half-way simply converges (the pod's name is fixed, so creating it twice is impo
 from __future__ import annotations
 
 import asyncio
+import datetime
 import logging
 import time
 from collections.abc import Mapping
@@ -17,8 +18,11 @@ from typing import Any
 
 from kubernetes_asyncio.client.exceptions import ApiException
 
+from allocbridge.actions.lifecycle import Actions, Target
 from allocbridge.cluster.resources import Json, Kube
 from allocbridge.model import pods
+from allocbridge.model import schedule as sched
+from allocbridge.model.spec import AllocationSpec
 from allocbridge.model.status import (
     KubeEvent,
     derive,
@@ -59,9 +63,12 @@ def kube_event(event: Mapping[str, Any]) -> KubeEvent:
 class Reconciler:
     """Coalescing, per-allocation reconciliation workers."""
 
-    def __init__(self, kube: Kube, settings: pods.PodSettings) -> None:
+    def __init__(
+        self, kube: Kube, settings: pods.PodSettings, actions: Actions | None = None
+    ) -> None:
         self.kube = kube
         self.settings = settings
+        self.actions = actions
         self.dirty: set[Key] = set()
         self.workers: dict[Key, asyncio.Task[None]] = {}
         self.timers: dict[Key, asyncio.TimerHandle] = {}
@@ -159,8 +166,34 @@ class Reconciler:
                 namespace, name, pods.termination_grace_seconds(spec), uid=pod["metadata"]["uid"]
             )
         await self._write(alloc, previous, status)
+        boundary = await self._follow_schedules(alloc, spec, status)
+        if boundary is not None:
+            decision.requeue_after = min(decision.requeue_after or boundary, boundary)
         if decision.requeue_after is not None:
             self.schedule(namespace, name, delay=max(decision.requeue_after, 0.05))
+
+    async def _follow_schedules(
+        self, alloc: Json, spec: AllocationSpec, status: Json
+    ) -> float | None:
+        """Pause or resume running tasks whose cron window says so; seconds to the next check."""
+        if self.actions is None or status.get("desiredStatus") == "stop":
+            return None
+        meta = alloc["metadata"]
+        target = Target(meta["namespace"], meta["name"], meta["uid"])
+        now = datetime.datetime.now(datetime.UTC)
+        next_check: float | None = None
+        for task in spec.tasks:
+            if task.schedule is None:
+                continue
+            state = (status.get("taskStates") or {}).get(task.name) or {}
+            next_check = min(next_check or 3600.0, sched.next_boundary(task.schedule, now))
+            if state.get("state") != "running":
+                continue
+            current = str(state.get("paused", ""))
+            wanted = sched.settle(current, task.schedule, now)
+            if wanted != current:
+                await self.actions.apply_pause(target, task.name, current, wanted, override=False)
+        return next_check
 
     def _bookkeeping(self, alloc: Json, previous: Json, now: int) -> Json:
         """Fields recorded once, at first observation (design.md: CreateIndex)."""

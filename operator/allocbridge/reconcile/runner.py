@@ -14,6 +14,7 @@ from typing import Any
 
 import kopf
 
+from allocbridge.actions.lifecycle import Actions
 from allocbridge.cluster.connection import Credentials
 from allocbridge.cluster.resources import GROUP, PLURAL, VERSION, Kube
 from allocbridge.config import KubernetesSettings
@@ -47,7 +48,8 @@ def build_registry(credentials: Credentials, settings: KubernetesSettings) -> ko
     async def startup(**_: Any) -> None:
         api = credentials.api_client()
         state["api"] = api
-        state["reconciler"] = Reconciler(Kube(api), pod_settings)
+        actions = Actions(Kube(api), credentials.configuration())
+        state["reconciler"] = Reconciler(Kube(api), pod_settings, actions)
 
     @kopf.on.cleanup(registry=registry)
     async def cleanup(**_: Any) -> None:
