@@ -267,3 +267,19 @@ def test_stopped_allocation_completes_with_killed_tasks() -> None:
 def test_unknown_pod_phase_is_lost() -> None:
     s = derive(spec(), {"podCreated": True}, pod([running("server", T0)], phase="Unknown"), T0)
     assert s.status["clientStatus"] == "lost"
+
+
+def test_merge_patch_is_empty_when_nested_nulls_are_already_absent() -> None:
+    """A stored status never holds nested nulls; re-sending them must not patch again."""
+    from allocbridge.model.status import merge_patch
+
+    stored = {"taskStates": {"main": {"state": "running", "events": []}}, "clientStatus": "running"}
+    derived = {
+        "taskStates": {"main": {"state": "running", "finishedAt": None, "events": []}},
+        "clientStatus": "running",
+    }
+    assert merge_patch(stored, derived) == {}
+    assert merge_patch(stored, {**derived, "clientStatus": "complete"}) == {
+        "clientStatus": "complete"
+    }
+    assert merge_patch({"a": 1, "b": 2}, {"a": 1}) == {"b": None}

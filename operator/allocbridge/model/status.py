@@ -73,10 +73,29 @@ def parse_time_ns(text: str | None) -> int | None:
 
 
 def merge_patch(old: Mapping[str, Any], new: Mapping[str, Any]) -> dict[str, Any]:
-    """A top-level JSON merge patch turning status `old` into `new` (removed keys -> null)."""
+    """A top-level JSON merge patch turning status `old` into `new` (removed keys -> null).
+
+    A key is left out when applying its value to `old` would change nothing. A null nested in a
+    map deletes the key (RFC 7386), so the stored status never holds one: comparing `new`'s
+    nulls with the stored status as they are would patch the same status again on every pass,
+    and each write triggers the next pass.
+    """
     patch: dict[str, Any] = {k: None for k in old if k not in new}
-    patch.update({k: v for k, v in new.items() if old.get(k) != v})
+    patch.update({k: v for k, v in new.items() if _applied(old.get(k), v) != old.get(k)})
     return patch
+
+
+def _applied(target: Any, patch: Any) -> Any:
+    """RFC 7386: `target` after the merge patch `patch`."""
+    if not isinstance(patch, Mapping):
+        return patch
+    result = dict(target) if isinstance(target, Mapping) else {}
+    for key, value in patch.items():
+        if value is None:
+            result.pop(key, None)
+        else:
+            result[key] = _applied(result.get(key), value)
+    return result
 
 
 def task_event(kind: str, time_ns: int, display: str, **fields: Any) -> dict[str, Any]:
