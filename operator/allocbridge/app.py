@@ -1,10 +1,15 @@
 """Wiring of one replica: start-up order and graceful shutdown.
 
 Start: ops listener, API listener, then the upstream monitor and, once Kubernetes answers, the
-Kopf operator on its own thread. Stop, on the first SIGTERM or SIGINT: `/health` turns 503 at
-once and the API keeps serving for `graceful_shutdown_wait_duration` (a second signal cuts the
-wait short); then the API listener stops accepting and in-flight requests get a bounded time to
-finish; then Kopf stops; the ops listener closes last. A third signal exits at once.
+store feed and the Kopf operator on its own thread. `/health` answers 200 only once the store
+has loaded its first full list (an empty store would give this replica's clients wrong
+answers); a later loss of the Kubernetes API shows in `upstream_connection_state` but keeps the
+replica ready, since it still answers from its store.
+
+Stop, on the first SIGTERM or SIGINT: `/health` turns 503 at once and the API keeps serving for
+`graceful_shutdown_wait_duration` (a second signal cuts the wait short); then the API listener
+stops accepting and in-flight requests get a bounded time to finish; then Kopf stops; the ops
+listener closes last. A third signal exits at once.
 """
 
 from __future__ import annotations
@@ -20,10 +25,12 @@ from dataclasses import dataclass, field
 from aiohttp import web
 
 from allocbridge.actions.lifecycle import Actions, ActionsSlot
+from allocbridge.api.exec import enable_exec
 from allocbridge.api.server import create_app as create_api_app
 from allocbridge.auth.base import AllowAll, Authorizer
 from allocbridge.auth.kubernetes import KubernetesAuthorizer
 from allocbridge.cluster.connection import Credentials
+from allocbridge.cluster.podexec import PodExecutor
 from allocbridge.cluster.resources import Kube
 from allocbridge.cluster.upstream import UpstreamMonitor
 from allocbridge.config import ListenerSettings, Settings
@@ -53,11 +60,14 @@ class Replica:
     _signalled: asyncio.Event = field(default_factory=asyncio.Event, init=False)
     _stop_now: asyncio.Event = field(default_factory=asyncio.Event, init=False)
     _operator: OperatorThread | None = field(default=None, init=False)
+    _credentials: Credentials | None = field(default=None, init=False)  # once loaded (exec)
 
     def __post_init__(self) -> None:
         controller = self.settings.controller
         grace = controller.graceful_shutdown_wait if controller else None
-        self.lifecycle = Lifecycle(grace_period=grace if self.settings.health_enabled else None)
+        self.lifecycle = Lifecycle(
+            grace_period=grace if self.settings.health_enabled else None, store_synced=False
+        )
         self.authorizer = authorizer_for(self.settings)
 
     async def run(self) -> int:
@@ -75,6 +85,7 @@ class Replica:
         background = [
             asyncio.create_task(monitor.run(), name="upstream"),
             asyncio.create_task(self._feed_store(monitor), name="store"),
+            asyncio.create_task(self._ready_once_synced(), name="readiness"),
             asyncio.create_task(self._supervise_operator(monitor), name="operator"),
         ]
         await self._signalled.wait()
@@ -115,6 +126,7 @@ class Replica:
 
     def _credentials_loaded(self, credentials: Credentials) -> None:
         """Reviews need the process's own credentials; requests before this wait, then 403."""
+        self._credentials = credentials
         if isinstance(self.authorizer, KubernetesAuthorizer):
             self.authorizer.connect(credentials)
 
@@ -140,6 +152,14 @@ class Replica:
             await self.actions.current.close()
             self.actions.current = None
             await api.close()
+
+    async def _ready_once_synced(self) -> None:
+        """Let `/health` answer 200 from the store's first full list on; never take it back."""
+        while not self.store.closed:
+            if await self.store.wait_synced(timeout=3600.0):
+                self.lifecycle.store_synced = True
+                log.info("the allocation store has synced; the replica is ready")
+                return
 
     async def _supervise_operator(self, monitor: UpstreamMonitor) -> None:
         """Start Kopf once Kubernetes answers; start it again if it dies on its own."""
@@ -172,6 +192,7 @@ class Replica:
         app = create_api_app(
             self.metrics, store=self.store, authorizer=self.authorizer, actions=self.actions
         )
+        enable_exec(app, PodExecutor(lambda: self._credentials), self.lifecycle, self.metrics)
         return await _serve(app, listener, shutdown_timeout=IN_FLIGHT_TIMEOUT)
 
     def _addresses(self) -> dict[str, str]:

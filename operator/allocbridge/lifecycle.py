@@ -1,9 +1,13 @@
 """The replica's life as the ops listener reports it: a small state machine without I/O.
 
-`/health` answers 200 only while the API listener serves and no shutdown has begun. The first
-shutdown signal turns it to 503 at once (when a grace period is configured) so that load
-balancers and readiness probes drain the replica while the API keeps answering; a second signal
-cuts the wait short. The 503 switch is one-way, as in Boundary.
+`/health` answers 200 only while the API listener serves, the store has synced once and no
+shutdown has begun. The first shutdown signal turns it to 503 at once (when a grace period is
+configured) so that load balancers and readiness probes drain the replica while the API keeps
+answering; a second signal cuts the wait short. The 503 switch is one-way, as in Boundary.
+
+The upstream state (the Kubernetes API) is reported, never part of readiness: a replica whose
+API server is briefly away still answers from its store, and failing every replica's probe at
+once would take the whole Service down for a blip.
 """
 
 from __future__ import annotations
@@ -45,7 +49,7 @@ class Lifecycle:
     phase: Phase = Phase.STARTING
     upstream: Upstream = Upstream.IDLE
     active_sessions: int = 0
-    store_synced: bool = True  # set False by a component that must sync before readiness
+    store_synced: bool = True  # the app starts it False and sets it once the store synced
     signals: int = 0
 
     def serving(self) -> None:

@@ -3,6 +3,11 @@
 These start the console entry point as a subprocess with no reachable Kubernetes (KUBECONFIG
 points nowhere), which is also the test that the process keeps its listeners up and reports the
 upstream state instead of crashing when the API server is away.
+
+Without Kubernetes the allocation store never syncs, so `/health` stays 503 (not ready) while
+the listeners serve; the worker view's `state` ("active", then "shutdown") shows the draining
+switch instead. The 200 -> 503 flip of a synced replica is proven against a real control plane
+in tests/cluster/test_ha.py.
 """
 
 from __future__ import annotations
@@ -54,6 +59,12 @@ def get(url: str, context: ssl.SSLContext | None = None, method: str = "GET") ->
             return response.status, response.read()
     except urllib.error.HTTPError as exc:
         return exc.code, exc.read()
+
+
+def worker_state(running: Running) -> str:
+    """The worker view's `state`: "active" once the listeners serve, "shutdown" when draining."""
+    _, body = get(running.ops + "/health?worker_info=1")
+    return str(json.loads(body)["worker_process_info"]["state"])
 
 
 def wait_for(predicate: object, timeout: float = 20.0, what: str = "condition") -> None:
@@ -113,15 +124,16 @@ listener "tcp" {{
 def replica(tmp_path: Path) -> Iterator[Running]:
     api_port, ops_port = free_port(), free_port()
     running = start(tmp_path, config(api_port, ops_port), api_port, ops_port)
-    wait_for(lambda: get(running.ops + "/health")[0] == 200, what="/health 200")
+    wait_for(lambda: worker_state(running) == "active", what="the listeners to serve")
     yield running
     if running.process.poll() is None:
         running.process.kill()
         running.process.wait()
 
 
-def test_health_is_200_with_empty_body_while_serving(replica: Running) -> None:
-    assert get(replica.ops + "/health") == (200, b"")
+def test_health_is_503_with_empty_body_until_the_store_syncs(replica: Running) -> None:
+    assert get(replica.ops + "/health") == (503, b"")
+    assert worker_state(replica) == "active"  # serving, just not ready
 
 
 def test_unknown_api_paths_answer_404(replica: Running) -> None:
@@ -134,7 +146,7 @@ def test_health_rejects_other_methods(replica: Running) -> None:
 
 def test_worker_info_reports_state_sessions_and_upstream(replica: Running) -> None:
     status, body = get(replica.ops + "/health?worker_info=1")
-    assert status == 200
+    assert status == 503  # never synced: no Kubernetes
     info = json.loads(body)["worker_process_info"]
     assert info["state"] == "active"
     assert info["active_session_count"] == 0
@@ -159,15 +171,14 @@ def test_metrics_has_process_http_and_draining_series(replica: Running) -> None:
 
 
 def test_sigterm_drains_then_exits_zero(replica: Running) -> None:
+    assert "allocbridge_draining 0.0" in get(replica.ops + "/metrics")[1].decode()
     replica.process.send_signal(signal.SIGTERM)
     signalled = time.monotonic()
-    wait_for(lambda: get(replica.ops + "/health")[0] == 503, timeout=1.0, what="503 after SIGTERM")
+    wait_for(lambda: worker_state(replica) == "shutdown", timeout=1.0, what="draining")
     assert time.monotonic() - signalled < 1.0
     # The API still serves normally during the grace period.
     assert get(replica.api + "/v1/still-serving")[0] == 404
-    status, body = get(replica.ops + "/health?worker_info=1")
-    assert status == 503
-    assert json.loads(body)["worker_process_info"]["state"] == "shutdown"
+    assert get(replica.ops + "/health")[0] == 503
     assert "allocbridge_draining 1.0" in get(replica.ops + "/metrics")[1].decode()
     time.sleep(1.0)
     assert replica.process.poll() is None, "exited before the grace period ended"
@@ -182,9 +193,9 @@ def test_second_signal_ends_the_wait_early(tmp_path: Path) -> None:
     api_port, ops_port = free_port(), free_port()
     running = start(tmp_path, config(api_port, ops_port, grace='"1m"'), api_port, ops_port)
     try:
-        wait_for(lambda: get(running.ops + "/health")[0] == 200, what="/health 200")
+        wait_for(lambda: worker_state(running) == "active", what="the listeners to serve")
         running.process.send_signal(signal.SIGTERM)
-        wait_for(lambda: get(running.ops + "/health")[0] == 503, timeout=1.0, what="503")
+        wait_for(lambda: worker_state(running) == "shutdown", timeout=1.0, what="draining")
         running.process.send_signal(signal.SIGINT)
         assert running.process.wait(timeout=15) == 0
     finally:
@@ -196,7 +207,7 @@ def test_without_grace_period_sigterm_stops_at_once(tmp_path: Path) -> None:
     api_port, ops_port = free_port(), free_port()
     running = start(tmp_path, config(api_port, ops_port, grace=None), api_port, ops_port)
     try:
-        wait_for(lambda: get(running.ops + "/health")[0] == 200, what="/health 200")
+        wait_for(lambda: worker_state(running) == "active", what="the listeners to serve")
         started = time.monotonic()
         running.process.send_signal(signal.SIGTERM)
         assert running.process.wait(timeout=15) == 0
@@ -266,7 +277,7 @@ listener "tcp" {{
 """
     running = start(tmp_path, text, api_port, ops_port, tls=True)
     try:
-        wait_for(lambda: get(running.ops + "/health")[0] == 200, what="/health 200")
+        wait_for(lambda: worker_state(running) == "active", what="the listeners to serve")
         trusted = ssl.create_default_context(cafile=str(cert))
         url = f"https://localhost:{api_port}/v1/nothing"
         assert get(url, context=trusted)[0] == 404

@@ -319,6 +319,21 @@ def _parameters() -> Json:
             "no_shutdown_delay", "query", _BOOL, "Skip the group and task shutdown delay"
         ),
         "task": _param("task", "query", _STRING, "Task name", required=True),
+        "command": _param(
+            "command",
+            "query",
+            _STRING,
+            'JSON array of strings: the command and its arguments, e.g. `["sh","-c","ls"]`',
+            required=True,
+        ),
+        "tty": _param("tty", "query", _BOOL, "Allocate a terminal (stderr then joins stdout)"),
+        "ws_handshake": _param(
+            "ws_handshake",
+            "query",
+            _BOOL,
+            'The first frame is `{"version":1,"auth_token":"..."}` and carries the token',
+        ),
+        "node_id": _param("node_id", "path", _STRING, "A node ID", required=True),
     }
 
 
@@ -344,6 +359,38 @@ def _headers() -> Json:
         "KnownLeader": {"schema": _STRING, "description": "Always `true`"},
         "LastContact": {"schema": _STRING, "description": "Milliseconds; always `0`"},
         "NextToken": {"schema": _STRING, "description": "The next page's token, when there is one"},
+    }
+
+
+def _exec() -> Json:
+    frames = (
+        "WebSocket of JSON text frames. Client: `{stdin:{data:<base64>}}`, "
+        "`{stdin:{close:true}}`, `{tty_size:{height,width}}`, heartbeat `{}`. Server: "
+        "`{stdout|stderr:{data:<base64>}}` (at most 32 KiB raw each), `{stdout|stderr:"
+        "{close:true}}`, then `{exited:true,result:{exit_code:N}}` and a normal close; "
+        "heartbeats `{}`. Errors after the upgrade are close frames with the error text as the "
+        "reason: 1008 for bad requests, denials, unknown allocations or tasks and tasks that "
+        "are not running; 1011 for internal faults."
+    )
+    return {
+        "get": {
+            "summary": "Run a command in a task's container (WebSocket)",
+            "description": (
+                "ACL: alloc-exec, plus alloc-node-exec for raw_exec tasks. Not blocking. " + frames
+            ),
+            "parameters": [
+                _ref("parameters", "alloc_id"),
+                _ref("parameters", "task"),
+                _ref("parameters", "command"),
+                _ref("parameters", "tty"),
+                _ref("parameters", "ws_handshake"),
+                _ref("parameters", "namespace"),
+            ],
+            "responses": {
+                "101": {"description": "Switching to the WebSocket protocol"},
+                **_errors("400", "403", "405"),
+            },
+        }
     }
 
 
@@ -480,6 +527,18 @@ def _paths() -> Json:
         },
         "/v1/allocation/{alloc_id}/checks": checks,
         "/v1/client/allocation/{alloc_id}/checks": checks,
+        "/v1/client/allocation/{alloc_id}/exec": _exec(),
+        "/v1/node/{node_id}": {
+            "get": {
+                "summary": "Read a node: always 404 `node not found` (no nodes API is served)",
+                "description": (
+                    "The Go client reads the allocation's node before exec and, on a 404, "
+                    "connects to the API address it was given."
+                ),
+                "parameters": [_ref("parameters", "node_id")],
+                "responses": _errors("404", "405"),
+            }
+        },
         "/v1/openapi.json": {
             "get": {
                 "summary": "This document",

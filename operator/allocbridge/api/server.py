@@ -26,6 +26,8 @@ from allocbridge.api import (
     allocation,
     allocations,
     checks,
+    exec,
+    nodes,
     openapi,
     pause,
     restart,
@@ -52,6 +54,8 @@ _ENDPOINT_MODULES: Final[Sequence[Sequence[Endpoint]]] = (
     signal.ENDPOINTS,
     restart.ENDPOINTS,
     pause.ENDPOINTS,
+    exec.ENDPOINTS,
+    nodes.ENDPOINTS,
     openapi.ENDPOINTS,
 )
 

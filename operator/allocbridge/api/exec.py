@@ -1,0 +1,576 @@
+"""`GET /v1/client/allocation/:alloc_id/exec`: Nomad's exec WebSocket, carried onto the pod.
+
+Nomad's JSON frames are translated to and from the Kubernetes exec stream of the task's
+container (`cluster.podexec`): stdin data and close, `tty_size` as a resize, heartbeats `{}`
+ignored; stdout and stderr come back base64 in chunks of at most `OUTPUT_CHUNK` raw bytes, then
+both close frames, then `{"exited":true,"result":{"exit_code":N}}` and a normal close (1000).
+
+As in Nomad since 2.0.5, the upgrade happens first and every later error is a close frame whose
+reason is the error text (Nomad's texts; a reason is cut to the 123 bytes a close frame holds):
+1008 for bad requests, denials, unknown allocations and tasks and tasks that do not run; 1011
+for internal faults. A plain GET without the upgrade is answered 400 with a readable text.
+With `ws_handshake=true` the first frame `{"version":1,"auth_token":...}` carries the token.
+
+Authorization goes through the Authorizer: `alloc-exec` on the allocation's namespace (the
+request's for an unknown allocation, so a bad token is denied whether or not the ID exists),
+then `alloc-node-exec` too when the task's driver is `raw_exec`.
+
+Each session runs two pumps (client to pod, pod to client) and a heartbeat; whichever side ends
+first ends the other. A client that goes away ends the Kubernetes stream, which ends a process
+that reads stdin or writes output (see `cluster.podexec` for what Kubernetes cannot end). Writes
+to the client go through one lock. Open sessions are counted in `Lifecycle.active_sessions` and
+the `allocbridge_exec_sessions` gauge; on shutdown they are closed with 1001.
+
+Deviations from Nomad: bad `command`, `tty` and client frames close with 1008 (Nomad: 1011), a
+denial closes with 1008 (Nomad: 1011); the exit frame always carries `exit_code`, 0 included
+(Nomad leaves a zero out); the server sends a heartbeat `{}` every `HEARTBEAT_INTERVAL` seconds
+(Nomad sends none), which keeps idle sessions alive through proxies; the handshake frame must
+arrive within `HANDSHAKE_TIMEOUT` seconds.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import binascii
+import contextlib
+import json
+import logging
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any, Final, Literal
+from urllib.parse import urlsplit
+
+from aiohttp import WSCloseCode, WSMsgType, web
+
+from allocbridge.api.context import context, synced_store
+from allocbridge.api.errors import ApiError
+from allocbridge.api.goformat import go_quote
+from allocbridge.api.ids import parse_alloc_id
+from allocbridge.api.query import go_parse_bool, parse_query
+from allocbridge.api.routing import ALLOC_ID, Endpoint
+from allocbridge.auth import ALLOC_EXEC, ALLOC_NODE_EXEC, Caller, PermissionDeniedError
+from allocbridge.auth import extract_token as header_token
+from allocbridge.cluster.podexec import (
+    Channel,
+    ExecError,
+    ExecStream,
+    Exited,
+    Output,
+    OutputClosed,
+    PodExecutor,
+)
+from allocbridge.lifecycle import Lifecycle
+from allocbridge.telemetry import Metrics
+
+log = logging.getLogger(__name__)
+
+#: Raw output bytes per frame (Nomad sends 1 KiB; bigger frames cost less for bulk output).
+OUTPUT_CHUNK: Final = 32 * 1024
+#: Seconds between the server's heartbeats (the Go client and the web UI send theirs as often).
+HEARTBEAT_INTERVAL: Final = 10.0
+HANDSHAKE_TIMEOUT: Final = 30.0
+#: Largest client frame accepted; a stdin frame of 1 MiB raw is about 1.4 MB of JSON.
+MAX_CLIENT_FRAME: Final = 4 * 1024 * 1024
+#: A close frame's payload is at most 125 bytes, 2 of them the code.
+MAX_REASON: Final = 123
+#: Seconds open sessions get to close when the server shuts down.
+SHUTDOWN_WAIT: Final = 5.0
+#: Seconds a close waits for the client's answering close frame. Once the server is stopping,
+#: aiohttp reads nothing more, so the wait is only cut short by the client dropping the
+#: connection; Nomad itself never waits.
+CLOSE_TIMEOUT: Final = 2.0
+
+POLICY_VIOLATION: Final = int(WSCloseCode.POLICY_VIOLATION)  # 1008
+INTERNAL_ERROR: Final = int(WSCloseCode.INTERNAL_ERROR)  # 1011
+GOING_AWAY: Final = int(WSCloseCode.GOING_AWAY)  # 1001
+
+NOT_UPGRADED: Final = (
+    "websocket connection not found in context: exec is a WebSocket endpoint; send "
+    "`Connection: Upgrade` and `Upgrade: websocket`"
+)
+CROSS_ORIGIN: Final = (
+    "failed to upgrade connection: websocket: request origin not allowed by Upgrader.CheckOrigin"
+)
+NOT_CONFIGURED: Final = "exec is not available on this server"
+RAW_EXEC: Final = "raw_exec"
+TERMINAL_STATUSES: Final = frozenset({"complete", "failed", "lost"})
+
+Stream = Literal["stdout", "stderr"]
+
+
+# --- Frames (pure) -----------------------------------------------------------------------------
+
+
+class FrameError(ValueError):
+    """A client frame, handshake or parameter that cannot be used; the text is the reason."""
+
+
+@dataclass(frozen=True)
+class ClientFrame:
+    """One client message: stdin bytes, a stdin close and/or a terminal size; else a heartbeat."""
+
+    stdin: bytes = b""
+    stdin_close: bool = False
+    tty_size: tuple[int, int] | None = None  # (width, height)
+
+    @property
+    def is_heartbeat(self) -> bool:
+        return not self.stdin and not self.stdin_close and self.tty_size is None
+
+
+def decode_client_frame(message: str | bytes) -> ClientFrame:
+    """Nomad's `ExecStreamingInput` JSON; unknown keys are ignored, as Nomad ignores them."""
+    frame = _json_object(message, "exec frame")
+    stdin_data, stdin_close, size = b"", False, None
+    stdin = frame.get("stdin")
+    if stdin is not None:
+        if not isinstance(stdin, dict):
+            raise FrameError("invalid exec frame: stdin must be an object")
+        data = stdin.get("data")
+        if data is not None:
+            if not isinstance(data, str):
+                raise FrameError("invalid exec frame: stdin data must be a base64 string")
+            try:
+                stdin_data = base64.b64decode(data, validate=True)
+            except (binascii.Error, ValueError) as exc:
+                raise FrameError(f"invalid exec frame: stdin data is not base64: {exc}") from None
+        close = stdin.get("close", False)
+        if not isinstance(close, bool):
+            raise FrameError("invalid exec frame: stdin close must be a boolean")
+        stdin_close = close
+    tty_size = frame.get("tty_size")
+    if tty_size is not None:
+        if not isinstance(tty_size, dict):
+            raise FrameError("invalid exec frame: tty_size must be an object")
+        size = (_dimension(tty_size, "width"), _dimension(tty_size, "height"))
+    return ClientFrame(stdin=stdin_data, stdin_close=stdin_close, tty_size=size)
+
+
+def _dimension(size: Mapping[str, Any], name: str) -> int:
+    value = size.get(name, 0)
+    if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= 0xFFFF:
+        raise FrameError(f"invalid exec frame: tty_size {name} must be an integer 0-65535")
+    return value
+
+
+def _json_object(message: str | bytes, what: str) -> dict[str, Any]:
+    try:
+        value = json.loads(message)
+    except (ValueError, UnicodeDecodeError) as exc:
+        raise FrameError(f"invalid {what}: {exc}") from None
+    if not isinstance(value, dict):
+        raise FrameError(f"invalid {what}: not a JSON object")
+    return value
+
+
+def _compact(value: Any) -> str:
+    return json.dumps(value, separators=(",", ":"))
+
+
+def encode_output(stream: Stream, data: bytes, chunk: int = OUTPUT_CHUNK) -> list[str]:
+    """Output frames of at most `chunk` raw bytes each, in order."""
+    return [
+        _compact({stream: {"data": base64.b64encode(data[i : i + chunk]).decode("ascii")}})
+        for i in range(0, len(data), chunk)
+    ]
+
+
+def encode_output_close(stream: Stream) -> str:
+    return _compact({stream: {"close": True}})
+
+
+def encode_exited(exit_code: int) -> str:
+    return _compact({"exited": True, "result": {"exit_code": exit_code}})
+
+
+HEARTBEAT_FRAME: Final = "{}"
+
+
+def parse_handshake(message: str | bytes, header: str | None) -> str | None:
+    """The token of a `{"version":1,"auth_token":...}` frame (else the header's); FrameError
+    with Nomad's reasons for a bad frame, another version or a token that contradicts the
+    request header's."""
+    try:
+        frame = json.loads(message)
+    except (ValueError, UnicodeDecodeError) as exc:
+        raise FrameError(str(exc)) from None
+    if not isinstance(frame, dict):
+        raise FrameError("json: cannot unmarshal handshake into Go value of type object")
+    version = frame.get("version", 0)
+    if isinstance(version, bool) or version != 1:
+        raise FrameError(f"unexpected handshake value: {_go_value(version)}")
+    token = frame.get("auth_token") or ""
+    if not isinstance(token, str):
+        raise FrameError("json: cannot unmarshal auth_token into Go value of type string")
+    if token and header and token != header:
+        raise FrameError("handshake auth token mismatched auth header token")
+    return token or header
+
+
+def _go_value(value: Any) -> str:
+    return json.dumps(value) if not isinstance(value, str) else value
+
+
+def parse_command(raw: str | None) -> list[str]:
+    """The `command` parameter: a JSON array of strings, not empty."""
+    try:
+        command = json.loads(raw or "")
+    except ValueError as exc:
+        detail = "unexpected end of JSON input" if not (raw or "").strip() else str(exc)
+        raise FrameError(f"failed to marshal command into json: {detail}") from None
+    if command is None:
+        command = []
+    if not isinstance(command, list) or not all(isinstance(part, str) for part in command):
+        raise FrameError(
+            "failed to marshal command into json: json: cannot unmarshal "
+            f"{_json_kind(command)} into Go value of type []string"
+        )
+    if not command:
+        raise FrameError("command is not present")
+    return command
+
+
+def _json_kind(value: Any) -> str:
+    if isinstance(value, list):
+        return next(_json_kind(v) for v in value if not isinstance(v, str))
+    return {bool: "bool", str: "string", dict: "object"}.get(type(value), "number")
+
+
+def parse_flag(query: Mapping[str, str], name: str) -> bool:
+    """A boolean parameter as Go's ParseBool reads it; absent or empty is false."""
+    value = query.get(name, "")
+    if not value:
+        return False
+    try:
+        return go_parse_bool(value)
+    except ValueError:
+        raise FrameError(
+            f"{name} value is not a boolean: strconv.ParseBool: parsing {go_quote(value)}: "
+            "invalid syntax"
+        ) from None
+
+
+def close_reason(text: str) -> str:
+    """`text` cut to fit a close frame, on a character boundary."""
+    raw = text.encode("utf-8")
+    if len(raw) <= MAX_REASON:
+        return text
+    return raw[: MAX_REASON - 3].decode("utf-8", "ignore") + "..."
+
+
+# --- Wiring ------------------------------------------------------------------------------------
+
+
+@dataclass
+class ExecServices:
+    """What exec needs beyond the API context; `enable_exec` puts it on the application."""
+
+    executor: PodExecutor
+    lifecycle: Lifecycle
+    metrics: Metrics
+    stopping: asyncio.Event = field(default_factory=asyncio.Event)
+    sessions: set[asyncio.Future[None]] = field(default_factory=set)
+
+    def opened(self) -> asyncio.Future[None]:
+        done: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        self.sessions.add(done)
+        self.lifecycle.active_sessions += 1
+        self.metrics.exec_sessions.set(self.lifecycle.active_sessions)
+        return done
+
+    def closed(self, done: asyncio.Future[None]) -> None:
+        self.sessions.discard(done)
+        self.lifecycle.active_sessions -= 1
+        self.metrics.exec_sessions.set(self.lifecycle.active_sessions)
+        if not done.done():
+            done.set_result(None)
+
+
+EXEC: Final = web.AppKey("allocbridge_exec", ExecServices)
+
+
+def enable_exec(
+    app: web.Application, executor: PodExecutor, lifecycle: Lifecycle, metrics: Metrics
+) -> None:
+    """Give the API application what exec needs; without it exec closes with 1011."""
+    app[EXEC] = ExecServices(executor, lifecycle, metrics)
+    app.on_shutdown.append(_close_sessions)
+    app.on_cleanup.append(_close_executor)
+
+
+async def _close_sessions(app: web.Application) -> None:
+    services = app[EXEC]
+    services.stopping.set()
+    if services.sessions:
+        await asyncio.wait(set(services.sessions), timeout=SHUTDOWN_WAIT)
+
+
+async def _close_executor(app: web.Application) -> None:
+    await app[EXEC].executor.close()
+
+
+# --- The endpoint ------------------------------------------------------------------------------
+
+
+class _CloseError(Exception):
+    """End the session with this close code and reason."""
+
+    def __init__(self, code: int, reason: str) -> None:
+        super().__init__(reason)
+        self.code = code
+        self.reason = reason
+
+
+class _ClientGoneError(Exception):
+    """The client's connection broke while a frame was being sent."""
+
+
+class _ClientSocket:
+    """The client's WebSocket with every write under one lock."""
+
+    def __init__(self, ws: web.WebSocketResponse) -> None:
+        self.ws = ws
+        self._lock = asyncio.Lock()
+
+    async def send(self, frame: str) -> None:
+        async with self._lock:
+            try:
+                await self.ws.send_str(frame)
+            except ConnectionError as exc:
+                raise _ClientGoneError from exc
+
+    async def close(self, code: int, reason: str = "") -> None:
+        async with self._lock:
+            if not self.ws.closed:
+                await self.ws.close(code=code, message=close_reason(reason).encode("utf-8"))
+
+
+async def allocation_exec(request: web.Request) -> web.StreamResponse:
+    if not _is_upgrade(request):
+        raise ApiError(400, NOT_UPGRADED)
+    if not _same_origin(request):
+        raise ApiError(403, CROSS_ORIGIN)
+    ws = web.WebSocketResponse(max_msg_size=MAX_CLIENT_FRAME, timeout=CLOSE_TIMEOUT)
+    await ws.prepare(request)
+    client = _ClientSocket(ws)
+    services = request.app.get(EXEC)
+    if services is None:
+        await client.close(INTERNAL_ERROR, NOT_CONFIGURED)
+        return ws
+    done = services.opened()
+    try:
+        await _session(request, client, services)
+    except _CloseError as close:
+        level = logging.ERROR if close.code == INTERNAL_ERROR else logging.DEBUG
+        log.log(level, "exec ended with an error", extra=_fields(request, close))
+        await client.close(close.code, close.reason)
+    except Exception:
+        log.exception("exec failed", extra={"path": request.path})
+        await client.close(INTERNAL_ERROR, "Internal error: see the allocbridge log")
+    finally:
+        with contextlib.suppress(Exception):
+            await client.close(GOING_AWAY)  # only if still open (a cancelled session)
+        services.closed(done)
+    return ws
+
+
+def _is_upgrade(request: web.Request) -> bool:
+    connection = {t.strip().lower() for t in request.headers.get("Connection", "").split(",")}
+    return "upgrade" in connection and request.headers.get("Upgrade", "").lower() == "websocket"
+
+
+def _same_origin(request: web.Request) -> bool:
+    """gorilla/websocket's default check, which Nomad keeps: no Origin, or the request's host."""
+    origin = request.headers.get("Origin")
+    if not origin:
+        return True
+    return urlsplit(origin).netloc.lower() == request.host.lower()
+
+
+def _fields(request: web.Request, close: _CloseError) -> dict[str, object]:
+    return {"path": request.path, "code": close.code, "error": close.reason}
+
+
+async def _session(request: web.Request, client: _ClientSocket, services: ExecServices) -> None:
+    query = request.query
+    try:
+        handshake = parse_flag(query, "ws_handshake")
+    except FrameError as exc:
+        raise _CloseError(POLICY_VIOLATION, str(exc)) from None
+    token = header_token(request.headers)
+    if handshake:
+        token = await _read_handshake(client, token)
+    try:
+        task = query.get("task", "")
+        if not task:
+            raise FrameError("must provide task name")
+        command = parse_command(query.get("command"))
+        tty = parse_flag(query, "tty")
+    except FrameError as exc:
+        raise _CloseError(POLICY_VIOLATION, str(exc)) from None
+    namespace, pod = await _authorize_and_locate(request, Caller(token=token), task)
+    try:
+        async with services.executor.open(namespace, pod, task, command, tty=tty) as stream:
+            where = {"allocation": request.match_info["alloc_id"], "task": task, "tty": tty}
+            log.info("exec session opened", extra={**where, "protocol": stream.protocol})
+            started = time.monotonic()
+            try:
+                await _pump(client, stream, services.stopping, tty=tty)
+            finally:
+                seconds = round(time.monotonic() - started, 3)
+                log.info("exec session closed", extra={**where, "seconds": seconds})
+    except ExecError as exc:
+        if exc.status in (400, 404):  # the pod or its container is gone or not running
+            log.debug("Kubernetes refused the exec", extra={"error": exc.message})
+            raise _CloseError(POLICY_VIOLATION, f"task {go_quote(task)} is not running.") from None
+        raise _CloseError(INTERNAL_ERROR, exc.message) from None
+
+
+async def _read_handshake(client: _ClientSocket, header: str | None) -> str | None:
+    try:
+        message = await client.ws.receive(timeout=HANDSHAKE_TIMEOUT)
+    except TimeoutError:
+        raise _CloseError(POLICY_VIOLATION, "timed out waiting for the handshake frame") from None
+    if message.type not in (WSMsgType.TEXT, WSMsgType.BINARY):
+        raise _CloseError(POLICY_VIOLATION, "expected the handshake frame")  # or the client left
+    try:
+        return parse_handshake(message.data, header)
+    except FrameError as exc:
+        raise _CloseError(POLICY_VIOLATION, str(exc)) from None
+
+
+async def _authorize_and_locate(request: web.Request, caller: Caller, task: str) -> tuple[str, str]:
+    """(namespace, pod) of a running task the caller may exec into; _CloseError otherwise."""
+    ctx = context(request)
+    raw_id = request.match_info["alloc_id"]
+    try:
+        query = parse_query(request.query)
+        alloc_id = parse_alloc_id(raw_id)
+        store = await synced_store(ctx)
+    except ApiError as exc:
+        code = INTERNAL_ERROR if exc.status >= 500 else POLICY_VIOLATION
+        raise _CloseError(code, exc.message) from None
+    alloc = store.get(alloc_id) if alloc_id else None
+    namespace = alloc.namespace if alloc else query.namespace
+    try:
+        await ctx.authorizer.check(caller, ALLOC_EXEC, namespace)
+        if alloc is None:
+            raise _CloseError(POLICY_VIOLATION, f"Unknown allocation {go_quote(raw_id)}")
+        wire = alloc.wire
+        status = wire.get("ClientStatus", "")
+        if status in TERMINAL_STATUSES:
+            raise _CloseError(
+                POLICY_VIOLATION,
+                f"exec not possible, client status of allocation {alloc.id} is {status}",
+            )
+        driver = _task_driver(wire, task)
+        if driver is None:
+            raise _CloseError(POLICY_VIOLATION, f"unknown task name {go_quote(task)}")
+        if driver == RAW_EXEC:
+            await ctx.authorizer.check(caller, ALLOC_NODE_EXEC, namespace)
+    except PermissionDeniedError as exc:
+        log.debug("exec denied", extra={"path": request.path, "error": exc.reason})
+        raise _CloseError(POLICY_VIOLATION, "Permission denied") from None
+    state = ((wire.get("TaskStates") or {}).get(task) or {}).get("State", "pending")
+    if state == "pending":
+        raise _CloseError(POLICY_VIOLATION, f"task {go_quote(task)} not started yet.")
+    if state != "running":
+        raise _CloseError(POLICY_VIOLATION, f"task {go_quote(task)} is not running.")
+    return namespace, alloc.object_name  # the pod is named after its Allocation object
+
+
+def _task_driver(wire: Mapping[str, Any], task: str) -> str | None:
+    """The driver of `task` in the allocation's group, or None when the group has no such task."""
+    for group in (wire.get("Job") or {}).get("TaskGroups") or []:
+        if group.get("Name") != wire.get("TaskGroup"):
+            continue
+        for candidate in group.get("Tasks") or []:
+            if candidate.get("Name") == task:
+                return str(candidate.get("Driver") or "")
+    return None
+
+
+async def _pump(
+    client: _ClientSocket, stream: ExecStream, stopping: asyncio.Event, *, tty: bool
+) -> None:
+    """Carry frames both ways until the process exits, the client leaves or the server stops."""
+    to_client = asyncio.create_task(_pod_to_client(client, stream))
+    to_pod = asyncio.create_task(_client_to_pod(client, stream, tty))
+    heartbeat = asyncio.create_task(_heartbeats(client))
+    stop = asyncio.create_task(stopping.wait())
+    tasks = (to_client, to_pod, heartbeat, stop)
+    try:
+        await asyncio.wait(tasks, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+    if _finished(to_client):
+        try:
+            to_client.result()  # raises ExecError when the stream failed
+        except _ClientGoneError:
+            return
+        await client.close(int(WSCloseCode.OK))
+    elif _finished(to_pod):
+        to_pod.result()  # raises _CloseError for a bad frame; returns when the client left
+    elif stop.done():
+        raise _CloseError(GOING_AWAY, "allocbridge is shutting down")
+    # else a heartbeat found the client gone
+
+
+def _finished(task: asyncio.Task[None]) -> bool:
+    return task.done() and not task.cancelled()
+
+
+async def _pod_to_client(client: _ClientSocket, stream: ExecStream) -> None:
+    names: dict[Channel, Stream] = {Channel.STDOUT: "stdout", Channel.STDERR: "stderr"}
+    open_streams: list[Stream] = ["stdout", "stderr"]
+    async with contextlib.aclosing(stream.events()) as events:
+        async for event in events:
+            if isinstance(event, Output):
+                for frame in encode_output(names[event.channel], event.data):
+                    await client.send(frame)
+            elif isinstance(event, OutputClosed):
+                name = names[event.channel]
+                if name in open_streams:
+                    open_streams.remove(name)
+                    await client.send(encode_output_close(name))
+            elif isinstance(event, Exited):
+                for name in open_streams:
+                    await client.send(encode_output_close(name))
+                await client.send(encode_exited(event.exit_code))
+                return
+
+
+async def _client_to_pod(client: _ClientSocket, stream: ExecStream, tty: bool) -> None:
+    """Returns when the client leaves; raises _CloseError for a frame that cannot be used.
+    Sizes are forwarded for terminals only: Kubernetes has no use for them otherwise."""
+    while True:
+        message = await client.ws.receive()
+        if message.type not in (WSMsgType.TEXT, WSMsgType.BINARY):
+            return  # close, closing, closed or a broken connection
+        try:
+            frame = decode_client_frame(message.data)
+        except FrameError as exc:
+            raise _CloseError(POLICY_VIOLATION, str(exc)) from None
+        if frame.is_heartbeat:
+            continue
+        if frame.tty_size is not None and tty:
+            await stream.resize(*frame.tty_size)
+        if frame.stdin:
+            await stream.send_stdin(frame.stdin)
+        if frame.stdin_close and not await stream.close_stdin():
+            log.debug("stdin close not delivered: the stream's protocol cannot half-close")
+
+
+async def _heartbeats(client: _ClientSocket) -> None:
+    while True:
+        await asyncio.sleep(HEARTBEAT_INTERVAL)
+        await client.send(HEARTBEAT_FRAME)
+
+
+ENDPOINTS = [
+    Endpoint(f"/v1/client/allocation/{ALLOC_ID}/exec", {"GET": allocation_exec}),
+]

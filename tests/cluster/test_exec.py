@@ -1,0 +1,628 @@
+"""`nomad alloc exec` end to end: the exec WebSocket of the running operator, onto the pod's exec
+stream through the real API server (kwok plays the kubelet and runs the commands here, in the
+container's sandbox folder, as an unprivileged user).
+
+Clients: aiohttp for most tests, the `websockets` package for one written without the server's
+helpers, and `PodExecutor` directly for the Kubernetes side (v5 and the v4 fallback).
+
+kwok never closes an exec'd process's stdin (its local exec copies the stream into a pipe that
+it keeps open until the process ends), so on the local control plane a half-close cannot end
+`cat`; that test runs against a real kubelet (ALLOCBRIDGE_TEST_KUBECONFIG) only, and the round
+trip is checked with `head -c N`, which ends by itself.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import hashlib
+import json
+import os
+import signal
+import time
+import urllib.parse
+import uuid
+from collections.abc import AsyncIterator, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+import pytest
+from running_operator import Operator, eventually, http, service_account_kubeconfig
+
+from allocbridge.cluster.connection import load_credentials
+from allocbridge.cluster.podexec import (
+    PROTOCOL_V4,
+    PROTOCOL_V5,
+    Exited,
+    Output,
+    PodExecutor,
+)
+from allocbridge.config import KubernetesSettings
+
+pytestmark = pytest.mark.cluster
+
+TEN_MIB = 10 * 1024 * 1024
+CHUNK_LIMIT = 32 * 1024
+ALL_BYTES = bytes(range(256))
+
+
+@dataclass(frozen=True)
+class Alloc:
+    namespace: str
+    name: str
+    id: str
+    node_id: str
+
+
+@dataclass
+class Outcome:
+    """Everything one session sent back, in order."""
+
+    stdout: bytearray = field(default_factory=bytearray)
+    stderr: bytearray = field(default_factory=bytearray)
+    kinds: list[str] = field(default_factory=list)  # stdout, stderr, stdout-close, exited, ...
+    chunk_sizes: list[int] = field(default_factory=list)
+    exit_code: int | None = None
+    close_code: int | None = None
+    close_reason: str = ""
+
+    def add(self, frame: dict[str, Any]) -> None:
+        if not frame:
+            self.kinds.append("heartbeat")
+            return
+        for stream, target in (("stdout", self.stdout), ("stderr", self.stderr)):
+            if stream in frame:
+                if frame[stream].get("data"):
+                    data = base64.b64decode(frame[stream]["data"])
+                    target.extend(data)
+                    self.chunk_sizes.append(len(data))
+                    self.kinds.append(stream)
+                if frame[stream].get("close"):
+                    self.kinds.append(f"{stream}-close")
+        if frame.get("exited"):
+            self.exit_code = frame["result"].get("exit_code", 0)
+            self.kinds.append("exited")
+
+
+# -- fixtures ---------------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def alloc(operator: Operator, kubectl: Any) -> Iterator[Alloc]:
+    """One running allocation for the module: `main` (docker), `raw` (raw_exec) and `init`, an
+    ephemeral prestart task that has completed (so it is not running)."""
+    namespace = f"exec-{uuid.uuid4().hex[:10]}"
+    kubectl("create", "namespace", namespace)
+    eventually(
+        lambda: kubectl("get", "sa", "default", "-n", namespace, check=False).returncode == 0,
+        what="the namespace's default ServiceAccount",
+    )
+    name = "shell-0"
+    kubectl.apply(
+        {
+            "apiVersion": "allocbridge.io/v1",
+            "kind": "Allocation",
+            "metadata": {"name": name, "namespace": namespace},
+            "spec": {
+                "job": {"id": "shell", "type": "service"},
+                "taskGroup": {"name": "g"},
+                "tasks": [
+                    {
+                        "name": "init",
+                        "driver": "docker",
+                        "lifecycle": {"hook": "prestart"},
+                        "config": {"image": "busybox"},
+                    },
+                    {"name": "main", "driver": "docker", "config": {"image": "busybox"}},
+                    {
+                        "name": "raw",
+                        "driver": "raw_exec",
+                        "config": {"command": "/bin/sh", "args": ["-c", "sleep 3600"]},
+                    },
+                ],
+            },
+        }
+    )
+    uid = kubectl.json("get", "allocation", name, "-n", namespace)["metadata"]["uid"]
+
+    def running() -> dict[str, Any] | None:
+        wire: dict[str, Any] = operator.get(f"/v1/allocation/{uid}?namespace={namespace}")
+        states = {task: s["State"] for task, s in (wire.get("TaskStates") or {}).items()}
+        wanted = {"init": "dead", "main": "running", "raw": "running"}
+        return wire if wire["ClientStatus"] == "running" and states == wanted else None
+
+    wire = eventually(running, timeout=60, what="the allocation to run")
+    yield Alloc(namespace, name, uid, wire["NodeID"])
+    kubectl("delete", "namespace", namespace, "--wait=false", check=False)
+
+
+@pytest.fixture
+async def client() -> AsyncIterator[aiohttp.ClientSession]:
+    async with aiohttp.ClientSession() as session:
+        yield session
+
+
+@pytest.fixture(autouse=True)
+def no_session_left_open(operator: Operator) -> Iterator[None]:
+    """Every test must leave no exec session behind on the server."""
+    yield
+    eventually(lambda: open_sessions(operator) == 0, timeout=20, what="no open exec session")
+
+
+def open_sessions(operator: Operator) -> int:
+    _, body, _ = http(operator.ops + "/health?worker_info=1")
+    count: int = json.loads(body)["worker_process_info"]["active_session_count"]
+    return count
+
+
+def exec_sessions_gauge(operator: Operator) -> float:
+    _, body, _ = http(operator.ops + "/metrics")
+    for line in body.decode().splitlines():
+        if line.startswith("allocbridge_exec_sessions "):
+            return float(line.split()[1])
+    raise AssertionError("no allocbridge_exec_sessions metric")
+
+
+# -- helpers ----------------------------------------------------------------------------------
+
+
+def exec_url(
+    operator: Operator,
+    alloc_id: str,
+    *,
+    task: str | None = "main",
+    command: list[str] | str | None = None,
+    **params: str,
+) -> str:
+    query: dict[str, str] = dict(params)
+    if task is not None:
+        query["task"] = task
+    if command is not None:
+        query["command"] = command if isinstance(command, str) else json.dumps(command)
+    base = "ws" + operator.api.removeprefix("http")
+    return f"{base}/v1/client/allocation/{alloc_id}/exec?{urllib.parse.urlencode(query)}"
+
+
+def stdin(data: bytes) -> dict[str, Any]:
+    return {"stdin": {"data": base64.b64encode(data).decode()}}
+
+
+STDIN_CLOSE = {"stdin": {"close": True}}
+
+
+async def collect(
+    ws: aiohttp.ClientWebSocketResponse, outcome: Outcome | None = None, seconds: float = 60
+) -> Outcome:
+    """Read frames until the server closes the WebSocket."""
+    outcome = outcome or Outcome()
+    async with asyncio.timeout(seconds):
+        while True:
+            message = await ws.receive()
+            if message.type is aiohttp.WSMsgType.TEXT:
+                outcome.add(json.loads(message.data))
+            elif message.type is aiohttp.WSMsgType.CLOSE:
+                outcome.close_code, outcome.close_reason = message.data, message.extra or ""
+                await ws.close()
+                return outcome
+            else:
+                outcome.close_code = ws.close_code
+                return outcome
+
+
+async def read_until(
+    ws: aiohttp.ClientWebSocketResponse, outcome: Outcome, done: Any, seconds: float = 30
+) -> None:
+    """Read frames into `outcome` until `done(outcome)` holds."""
+    async with asyncio.timeout(seconds):
+        while not done(outcome):
+            message = await ws.receive()
+            assert message.type is aiohttp.WSMsgType.TEXT, (message.type, message.extra)
+            outcome.add(json.loads(message.data))
+
+
+async def run(
+    client: aiohttp.ClientSession, url: str, frames: tuple[dict[str, Any], ...] = ()
+) -> Outcome:
+    async with client.ws_connect(url) as ws:
+        for frame in frames:
+            await ws.send_str(json.dumps(frame))
+        return await collect(ws)
+
+
+async def refusal(client: aiohttp.ClientSession, url: str) -> tuple[int | None, str]:
+    """The close code and reason of a session the server refuses after the upgrade."""
+    outcome = await run(client, url)
+    assert outcome.kinds == [], outcome
+    return outcome.close_code, outcome.close_reason
+
+
+def is_local(cluster: Any) -> bool:
+    return bool(getattr(cluster, "is_local", True))
+
+
+def processes_in(folder: Path) -> list[int]:
+    """PIDs whose working directory is `folder`: kwok starts exec'd commands there."""
+    found = []
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                if Path(os.readlink(f"/proc/{entry}/cwd")) == folder:
+                    found.append(int(entry))
+            except OSError:
+                continue
+    return found
+
+
+# -- streams and exit codes -------------------------------------------------------------------
+
+
+async def test_stdout_stderr_and_exit_code_zero(
+    operator: Operator, alloc: Alloc, client: aiohttp.ClientSession
+) -> None:
+    url = exec_url(operator, alloc.id, command=["sh", "-c", "echo out; echo err >&2"])
+    outcome = await run(client, url)
+    assert (bytes(outcome.stdout), bytes(outcome.stderr)) == (b"out\n", b"err\n")
+    assert outcome.exit_code == 0
+    # Both streams close, then the exit frame is the last before a normal close.
+    assert sorted(outcome.kinds[-3:-1]) == ["stderr-close", "stdout-close"]
+    assert outcome.kinds[-1] == "exited"
+    assert outcome.close_code == aiohttp.WSCloseCode.OK
+
+
+async def test_non_zero_exit_code(
+    operator: Operator, alloc: Alloc, client: aiohttp.ClientSession
+) -> None:
+    url = exec_url(operator, alloc.id, command=["sh", "-c", "echo failing >&2; exit 7"])
+    outcome = await run(client, url)
+    assert outcome.exit_code == 7 and bytes(outcome.stderr) == b"failing\n"
+    assert outcome.close_code == aiohttp.WSCloseCode.OK
+
+
+async def test_stdin_round_trip_is_byte_exact(
+    operator: Operator, alloc: Alloc, client: aiohttp.ClientSession
+) -> None:
+    data = ALL_BYTES * 64  # 16 KiB, every byte value, in several frames
+    url = exec_url(operator, alloc.id, command=["head", "-c", str(len(data))])
+    frames = tuple(stdin(data[i : i + 5000]) for i in range(0, len(data), 5000))
+    outcome = await run(client, url, (*frames, {}, STDIN_CLOSE))
+    assert bytes(outcome.stdout) == data
+    assert outcome.exit_code == 0
+
+
+async def test_stdin_half_close_ends_cat(
+    operator: Operator, alloc: Alloc, client: aiohttp.ClientSession, cluster: Any
+) -> None:
+    if is_local(cluster):
+        pytest.skip(
+            "kwok v0.8.0 keeps an exec'd process's stdin pipe open until the process ends "
+            "(pkg/utils/exec, PipeStdin), so cat never sees the half-close; needs a real kubelet"
+        )
+    data = b"hello\x00world\n" * 1000
+    url = exec_url(operator, alloc.id, command=["cat"])
+    outcome = await run(client, url, (stdin(data[:7000]), stdin(data[7000:]), STDIN_CLOSE))
+    assert bytes(outcome.stdout) == data
+    assert outcome.exit_code == 0
+
+
+async def test_ten_mebibytes_of_output_arrive_byte_exact(
+    operator: Operator, alloc: Alloc, client: aiohttp.ClientSession
+) -> None:
+    # A deterministic, order-sensitive stream: the decimal numbers 1, 2, 3, ... one per line.
+    expected = "".join(f"{i}\n" for i in range(1, 1_500_001)).encode()[:TEN_MIB]
+    command = ["sh", "-c", f"seq 1 1500000 | head -c {TEN_MIB}"]
+    started = time.monotonic()
+    outcome = await run(client, exec_url(operator, alloc.id, command=command))
+    assert len(outcome.stdout) == TEN_MIB
+    assert hashlib.sha256(outcome.stdout).digest() == hashlib.sha256(expected).digest()
+    assert outcome.exit_code == 0
+    assert max(outcome.chunk_sizes) <= CHUNK_LIMIT
+    print(f"10 MiB in {time.monotonic() - started:.2f}s, {len(outcome.chunk_sizes)} frames")
+
+
+async def test_tty_session_with_a_resize(
+    operator: Operator, alloc: Alloc, client: aiohttp.ClientSession
+) -> None:
+    command = ["sh", "-c", "while read line; do stty size; echo err >&2; done"]
+    async with client.ws_connect(exec_url(operator, alloc.id, command=command, tty="true")) as ws:
+        await ws.send_str(json.dumps({"tty_size": {"height": 37, "width": 91}}))
+        outcome = Outcome()
+        # The resize and the input travel separately; ask again until the new size shows.
+        async with asyncio.timeout(30):
+            while b"37 91" not in outcome.stdout:
+                answers = outcome.stdout.count(b"err")
+                await ws.send_str(json.dumps(stdin(b"size?\n")))
+                await read_until(ws, outcome, lambda o, n=answers: o.stdout.count(b"err") > n)
+        await ws.send_str(json.dumps(stdin(b"\x04")))  # ^D: end of input on a terminal
+        await collect(ws, outcome)
+    assert outcome.exit_code == 0
+    assert b"err" in outcome.stdout and not outcome.stderr  # a terminal merges stderr
+
+
+# -- errors as close frames -------------------------------------------------------------------
+
+
+async def test_unknown_task(
+    operator: Operator, alloc: Alloc, client: aiohttp.ClientSession
+) -> None:
+    url = exec_url(operator, alloc.id, task="nope", command=["true"])
+    assert await refusal(client, url) == (1008, 'unknown task name "nope"')
+
+
+async def test_unknown_allocation(operator: Operator, client: aiohttp.ClientSession) -> None:
+    unknown = str(uuid.uuid4())
+    url = exec_url(operator, unknown, command=["true"])
+    assert await refusal(client, url) == (1008, f'Unknown allocation "{unknown}"')
+
+
+async def test_task_that_is_not_running(
+    operator: Operator, alloc: Alloc, client: aiohttp.ClientSession
+) -> None:
+    url = exec_url(operator, alloc.id, task="init", command=["true"])
+    assert await refusal(client, url) == (1008, 'task "init" is not running.')
+
+
+@pytest.mark.parametrize(
+    ("params", "reason"),
+    [
+        ({"command": "echo hi"}, "failed to marshal command into json: "),
+        ({"command": '"echo"'}, "failed to marshal command into json: json: cannot unmarshal"),
+        ({"command": "[]"}, "command is not present"),
+        ({}, "failed to marshal command into json: unexpected end of JSON input"),
+        ({"command": '["true"]', "tty": "maybe"}, "tty value is not a boolean"),
+        ({"command": '["true"]', "task": ""}, "must provide task name"),
+    ],
+)
+async def test_malformed_requests(
+    operator: Operator,
+    alloc: Alloc,
+    client: aiohttp.ClientSession,
+    params: dict[str, str],
+    reason: str,
+) -> None:
+    task = params.pop("task", "main")
+    url = exec_url(operator, alloc.id, task=task, **params)
+    code, text = await refusal(client, url)
+    assert code == 1008 and text.startswith(reason), (code, text)
+
+
+async def test_command_that_cannot_start_is_an_internal_error(
+    operator: Operator, alloc: Alloc, client: aiohttp.ClientSession
+) -> None:
+    url = exec_url(operator, alloc.id, command=["no-such-command-here"])
+    code, text = await refusal(client, url)
+    assert code == 1011 and "executable file not found" in text, (code, text)
+
+
+async def test_short_allocation_id(operator: Operator, client: aiohttp.ClientSession) -> None:
+    url = exec_url(operator, "8c3d9a1f", command=["true"])
+    code, text = await refusal(client, url)
+    assert (code, text) == (1008, "alloc lookup failed: index error: UUID must be 36 characters")
+
+
+def test_plain_get_answers_a_readable_400(operator: Operator, alloc: Alloc) -> None:
+    path = exec_url(operator, alloc.id, command=["true"]).split("/v1/", 1)[1]
+    status, body, headers = http(f"{operator.api}/v1/{path}")
+    assert status == 400 and b"WebSocket" in body
+    assert headers["Content-Type"].startswith("text/plain")
+    status, body, _ = http(f"{operator.api}/v1/{path}", method="POST", body={})
+    assert (status, body) == (405, b"Invalid method")
+
+
+async def test_cross_origin_upgrade_is_refused(
+    operator: Operator, alloc: Alloc, client: aiohttp.ClientSession
+) -> None:
+    url = exec_url(operator, alloc.id, command=["true"])
+    with pytest.raises(aiohttp.WSServerHandshakeError) as refused:
+        await client.ws_connect(url, headers={"Origin": "http://elsewhere.example"})
+    assert refused.value.status == 403
+    same = "http://" + operator.api.removeprefix("http://")
+    outcome = await run_with_headers(client, url, {"Origin": same})
+    assert outcome.exit_code == 0
+
+
+async def run_with_headers(
+    client: aiohttp.ClientSession, url: str, headers: dict[str, str]
+) -> Outcome:
+    async with client.ws_connect(url, headers=headers) as ws:
+        return await collect(ws)
+
+
+# -- the handshake frame ----------------------------------------------------------------------
+
+
+async def test_handshake_frame_carries_the_token(
+    operator: Operator, alloc: Alloc, client: aiohttp.ClientSession
+) -> None:
+    url = exec_url(operator, alloc.id, command=["echo", "shaken"], ws_handshake="true")
+    outcome = await run(client, url, ({"version": 1, "auth_token": "some-token"},))
+    assert bytes(outcome.stdout) == b"shaken\n" and outcome.exit_code == 0
+
+
+@pytest.mark.parametrize(
+    ("frame", "header", "reason"),
+    [
+        ({"version": 2, "auth_token": ""}, None, "unexpected handshake value: 2"),
+        ({"version": 1, "auth_token": "a"}, "b", "handshake auth token mismatched auth header"),
+    ],
+)
+async def test_bad_handshakes_close_with_1008(
+    operator: Operator,
+    alloc: Alloc,
+    client: aiohttp.ClientSession,
+    frame: dict[str, Any],
+    header: str | None,
+    reason: str,
+) -> None:
+    url = exec_url(operator, alloc.id, command=["true"], ws_handshake="true")
+    headers = {"X-Nomad-Token": header} if header else {}
+    async with client.ws_connect(url, headers=headers) as ws:
+        await ws.send_str(json.dumps(frame))
+        outcome = await collect(ws)
+    assert outcome.close_code == 1008 and outcome.close_reason.startswith(reason)
+
+
+# -- sessions: disconnects, concurrency, counting ---------------------------------------------
+
+
+@pytest.mark.parametrize("how", ["close-frame", "dropped-connection"])
+async def test_client_that_leaves_mid_stream_ends_the_process_and_the_session(
+    operator: Operator, alloc: Alloc, cluster: Any, how: str
+) -> None:
+    marker = f"tick-{uuid.uuid4().hex[:8]}"
+    command = ["sh", "-c", f"while :; do echo {marker}; sleep 0.2; done"]
+    sandbox = (
+        cluster.sandbox_dir(alloc.namespace, alloc.name, "main") if is_local(cluster) else None
+    )
+    session = aiohttp.ClientSession()
+    try:
+        ws = await session.ws_connect(exec_url(operator, alloc.id, command=command))
+        outcome = Outcome()
+        await read_until(ws, outcome, lambda o: o.stdout.count(marker.encode()) >= 2)
+        assert open_sessions(operator) == 1 and exec_sessions_gauge(operator) == 1
+        if sandbox is not None:
+            assert processes_in(sandbox), "the command should run in the container's sandbox"
+        if how == "close-frame":
+            await ws.close()
+    finally:
+        await session.close()  # without a close frame: the TCP connection just goes away
+    eventually(lambda: open_sessions(operator) == 0, timeout=20, what="the session to end")
+    assert exec_sessions_gauge(operator) == 0
+    if sandbox is not None:
+        eventually(lambda: not processes_in(sandbox), timeout=20, what="the command to end")
+
+
+async def test_several_sessions_at_once(
+    operator: Operator, alloc: Alloc, client: aiohttp.ClientSession
+) -> None:
+    count = 4
+    url = exec_url(operator, alloc.id, command=["head", "-c", "6"])
+    sockets = [await client.ws_connect(url) for _ in range(count)]
+    try:
+        # All open before any gets input: each waits for its own stdin.
+        assert open_sessions(operator) == count
+        for i in reversed(range(count)):
+            await sockets[i].send_str(json.dumps(stdin(f"sess-{i}".encode())))
+        outcomes = await asyncio.gather(*(collect(ws) for ws in sockets))
+    finally:
+        for ws in sockets:
+            await ws.close()
+    for i, outcome in enumerate(outcomes):
+        assert (bytes(outcome.stdout), outcome.exit_code) == (f"sess-{i}".encode(), 0)
+
+
+async def test_heartbeats_are_ignored(
+    operator: Operator, alloc: Alloc, client: aiohttp.ClientSession
+) -> None:
+    url = exec_url(operator, alloc.id, command=["head", "-c", "2"])
+    outcome = await run(client, url, ({}, {}, {"unknown": 1}, stdin(b"ok"), {}))
+    assert bytes(outcome.stdout) == b"ok" and outcome.exit_code == 0
+
+
+async def test_shutdown_closes_open_sessions_with_1001(
+    alloc: Alloc, cluster: Any, kubectl: Any, tmp_path: Path, client: aiohttp.ClientSession
+) -> None:
+    """A replica of its own (watching only this module's namespace) is stopped mid-session."""
+    kubeconfig = service_account_kubeconfig(kubectl, cluster.kubeconfig, tmp_path / "kubeconfig")
+    replica = Operator(tmp_path, kubeconfig)
+    text = replica.config.read_text()
+    replica.config.write_text(
+        text.replace(
+            "  standalone = true\n", f'  standalone = true\n  namespaces = ["{alloc.namespace}"]\n'
+        )
+    )
+    replica.start()
+    sandbox = (
+        cluster.sandbox_dir(alloc.namespace, alloc.name, "main") if is_local(cluster) else None
+    )
+    try:
+        eventually(lambda: http(f"{replica.api}/v1/allocation/{alloc.id}")[0] == 200, what="sync")
+        command = ["sh", "-c", "while :; do echo still-here; sleep 0.2; done"]
+        async with client.ws_connect(exec_url(replica, alloc.id, command=command)) as ws:
+            outcome = Outcome()
+            await read_until(ws, outcome, lambda o: b"still-here" in o.stdout)
+            assert open_sessions(replica) == 1
+            process = replica.process
+            assert process is not None
+            signalled = time.monotonic()
+            process.send_signal(signal.SIGTERM)
+            # Sessions outlive the drain period (1 s here), then close as the listener stops.
+            await collect(ws, outcome)
+        assert (outcome.close_code, outcome.close_reason) == (1001, "allocbridge is shutting down")
+        assert await asyncio.to_thread(process.wait, 30) == 0
+        # Open sessions do not hold the stop up to the in-flight timeout (10 s).
+        assert time.monotonic() - signalled < 8
+    finally:
+        replica.stop()
+    if sandbox is not None:
+        eventually(lambda: not processes_in(sandbox), timeout=20, what="the command to end")
+
+
+# -- a client written independently: the websockets package ------------------------------------
+
+
+async def test_websockets_client(operator: Operator, alloc: Alloc) -> None:
+    from websockets.asyncio.client import connect
+    from websockets.exceptions import ConnectionClosed
+
+    query = urllib.parse.urlencode(
+        {"task": "main", "command": '["sh","-c","printf hi; printf oops >&2; exit 3"]'}
+    )
+    url = f"ws://{operator.api.removeprefix('http://')}/v1/client/allocation/{alloc.id}/exec"
+    received: list[dict[str, Any]] = []
+    async with connect(f"{url}?{query}", open_timeout=30) as ws:
+        await ws.send("{}")
+        try:
+            async for message in ws:
+                received.append(json.loads(message))
+        except ConnectionClosed as closed:
+            raise AssertionError(f"closed {closed!r} after {received}") from closed
+        close_code = ws.close_code
+    out = b"".join(
+        base64.b64decode(f["stdout"]["data"]) for f in received if "data" in f.get("stdout", {})
+    )
+    err = b"".join(
+        base64.b64decode(f["stderr"]["data"]) for f in received if "data" in f.get("stderr", {})
+    )
+    assert (out, err) == (b"hi", b"oops")
+    assert received[-1] == {"exited": True, "result": {"exit_code": 3}}
+    assert {"stdout": {"close": True}} in received and {"stderr": {"close": True}} in received
+    assert close_code == 1000
+
+
+# -- the node lookup the Go client makes before exec ------------------------------------------
+
+
+def test_node_lookup_answers_404_so_the_go_client_falls_back(
+    operator: Operator, alloc: Alloc
+) -> None:
+    assert alloc.node_id
+    status, body, _ = http(f"{operator.api}/v1/node/{alloc.node_id}")
+    assert (status, body) == (404, b"node not found")
+    status, body, _ = http(f"{operator.api}/v1/node/{alloc.node_id}", method="PUT", body={})
+    assert (status, body) == (405, b"Invalid method")
+
+
+# -- the Kubernetes side: v5, and the v4 fallback ---------------------------------------------
+
+
+async def test_pod_exec_v5_and_v4(alloc: Alloc, kubeconfig: Path) -> None:
+    credentials = await load_credentials(KubernetesSettings(kubeconfig=str(kubeconfig)))
+    for protocols, expected, can_close in (
+        ((PROTOCOL_V5, PROTOCOL_V4), PROTOCOL_V5, True),
+        ((PROTOCOL_V4,), PROTOCOL_V4, False),
+    ):
+        executor = PodExecutor(lambda: credentials, protocols=protocols)
+        try:
+            command = ["sh", "-c", "head -c 3; echo; echo e >&2; exit 4"]
+            async with executor.open(alloc.namespace, alloc.name, "main", command, tty=False) as s:
+                assert s.protocol == expected
+                await s.send_stdin(b"abc")
+                assert await s.close_stdin() is can_close
+                events = [event async for event in s.events()]
+        finally:
+            await executor.close()
+        out = b"".join(e.data for e in events if isinstance(e, Output) and e.channel == 1)
+        err = b"".join(e.data for e in events if isinstance(e, Output) and e.channel == 2)
+        assert (out, err, events[-1]) == (b"abc\n", b"e\n", Exited(4)), expected
