@@ -268,13 +268,14 @@ def test_restart_all_tasks_runs_prestart_tasks_again(
     uid = running(kubectl, operator, namespace, manifest("all", namespace, tasks=tasks))
     first_pod = kubectl.json("get", "pod", "all", "-n", namespace)["metadata"]["uid"]
     assert post(operator, f"/v1/client/allocation/{uid}/restart", {"AllTasks": True})[0] == 200
-    eventually(
-        lambda: (
-            kubectl.json("get", "pod", "all", "-n", namespace)["metadata"]["uid"] != first_pod
-            and status(kubectl, namespace, "all")["clientStatus"] == "running"
-        ),
-        what="a new pod with every task",
-    )
+
+    def replaced() -> bool:
+        pod = kubectl.json("get", "pod", "all", "-n", namespace)["metadata"]["uid"]
+        return bool(
+            pod != first_pod and status(kubectl, namespace, "all")["clientStatus"] == "running"
+        )
+
+    eventually(replaced, what="a new pod with every task")
     for task in ("setup", "main"):
         kinds = events(kubectl, namespace, "all", task)
         assert "Restart Signaled" in kinds

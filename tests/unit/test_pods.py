@@ -555,3 +555,18 @@ def test_checks_that_cannot_become_probes_give_way_to_the_next_check() -> None:
 def test_group_script_checks_take_no_container() -> None:
     spec = spec_of(task(), services=[service(check("script", command="x"), name="g")])
     assert probe_assignments(spec) == {}
+
+
+def test_owning_allocation_is_the_controller_owner() -> None:
+    from allocbridge.model.pods import owning_allocation
+
+    pod = {
+        "metadata": {
+            "ownerReferences": [
+                {"kind": "ConfigMap", "name": "x", "controller": False},
+                {"kind": "Allocation", "name": "web-0", "controller": True},
+            ]
+        }
+    }
+    assert owning_allocation(pod) == "web-0"
+    assert owning_allocation({"metadata": {}}) is None

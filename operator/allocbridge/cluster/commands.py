@@ -9,8 +9,6 @@ recording stand-in) does the work, never a shell builtin. Interactive sessions l
 from __future__ import annotations
 
 import asyncio
-import json
-import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -18,8 +16,9 @@ from typing import Any
 from kubernetes_asyncio import client
 from kubernetes_asyncio.stream import WsApiClient
 
+from allocbridge.cluster.podexec import ExecError, exit_code_from_status
+
 STDOUT, STDERR, STATUS = 1, 2, 3
-_EXIT_STATUS = re.compile(r"exit status (\d+)\s*$")
 COMMAND_TIMEOUT = 30.0  # seconds; these are short commands such as `kill`
 
 
@@ -28,26 +27,10 @@ class CommandResult:
     exit_code: int
     stdout: str
     stderr: str
-    failure: str = ""  # the API server's reason when the command could not start
 
 
 class CommandError(Exception):
     """The command could not be run at all (no such container, no such binary, ...)."""
-
-
-def exit_code_of(status: dict[str, Any]) -> tuple[int, str]:
-    """The exit code and failure message from the exec status channel's Status object."""
-    if status.get("status") == "Success":
-        return 0, ""
-    for cause in (status.get("details") or {}).get("causes") or []:
-        if cause.get("reason") == "ExitCode":
-            return int(cause.get("message", "1")), ""
-    message = str(status.get("message") or status.get("reason") or "exec failed")
-    # kwok (the local kubelet) reports a non-zero exit as an InternalError ending in this.
-    found = _EXIT_STATUS.search(message)
-    if found:
-        return int(found.group(1)), ""
-    return -1, message
 
 
 async def run_command(
@@ -62,7 +45,7 @@ async def run_command(
         core: Any = client.CoreV1Api(api_client=ws_api)  # the stubs do not model raw sockets
         out: list[bytes] = []
         err: list[bytes] = []
-        status: dict[str, Any] = {}
+        status = b""
         async with asyncio.timeout(COMMAND_TIMEOUT):
             socket = await core.connect_get_namespaced_pod_exec(
                 pod,
@@ -86,10 +69,11 @@ async def run_command(
                     elif channel == STDERR:
                         err.append(payload)
                     elif channel == STATUS and payload:
-                        status = json.loads(payload)
-    code, failure = exit_code_of(status) if status else (0, "")
-    if code < 0:
-        raise CommandError(failure)
+                        status = payload
+    try:
+        code = exit_code_from_status(status) if status else 0
+    except ExecError as exc:
+        raise CommandError(str(exc)) from exc
     return CommandResult(
         code, b"".join(out).decode(errors="replace"), b"".join(err).decode(errors="replace")
     )

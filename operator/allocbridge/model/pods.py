@@ -131,6 +131,14 @@ class ProbeAssignment:
     check: str
 
 
+def owning_allocation(pod: Mapping[str, Any]) -> str | None:
+    """The name of the Allocation that controls `pod` (its controller owner reference)."""
+    for owner in (pod.get("metadata") or {}).get("ownerReferences") or []:
+        if owner.get("kind") == KIND and owner.get("controller"):
+            return str(owner.get("name"))
+    return None
+
+
 def pod_restart_policy(spec: AllocationSpec) -> str:
     """`OnFailure` for batch-like jobs (exit 0 completes), `Always` otherwise."""
     return "OnFailure" if spec.job.is_batch else "Always"

@@ -74,6 +74,15 @@ class Reconciler:
         self.timers: dict[Key, asyncio.TimerHandle] = {}
         self.node_uids: dict[str, str] = {}
         self.known: set[Key] = set()  # allocations seen, so pod Events can find theirs
+        # The resourceVersion each allocation's last status write produced: the watch event
+        # of that version only echoes what this reconciler wrote, so it needs no pass.
+        self.written: dict[Key, str] = {}
+
+    def allocation_changed(self, namespace: str, name: str, resource_version: str | None) -> None:
+        """An Allocation watch event: a pass, unless it is the echo of our own last write."""
+        key = (namespace, name)
+        if resource_version is None or self.written.get(key) != resource_version:
+            self.schedule(namespace, name)
 
     def schedule(self, namespace: str, name: str, delay: float = 0.0) -> None:
         """Ask for a pass over `namespace/name` now, or after `delay` seconds."""
@@ -121,9 +130,11 @@ class Reconciler:
         await asyncio.gather(*self.workers.values(), return_exceptions=True)
 
     async def reconcile(self, namespace: str, name: str) -> None:
+        log.debug("reconcile pass", extra={"allocation": f"{namespace}/{name}"})
         alloc = await self.kube.get_allocation(namespace, name)
         if alloc is None or alloc["metadata"].get("deletionTimestamp"):
             self.known.discard((namespace, name))
+            self.written.pop((namespace, name), None)
             return  # deleted: the pod goes with it through its owner reference
         meta = alloc["metadata"]
         previous: Json = alloc.get("status") or {}
@@ -149,6 +160,16 @@ class Reconciler:
             pod_events = await self.kube.pod_events(namespace, pod["metadata"]["uid"])
             events = [kube_event(e) for e in pod_events]
         decision = derive(spec, {**previous, **bookkeeping}, pod, now, events)
+        log.debug(
+            "reconciled",
+            extra={
+                "allocation": f"{namespace}/{name}",
+                "pod": pod is not None,
+                "create_pod": decision.create_pod,
+                "delete_pod": decision.delete_pod,
+                "requeue_after": decision.requeue_after,
+            },
+        )
         status = decision.status
         if pod is not None:
             await self._node(status, pod)
@@ -223,9 +244,12 @@ class Reconciler:
             return
         patch["modifyTime"] = time.time_ns()
         meta = alloc["metadata"]
-        await self.kube.patch_allocation_status(
+        written = await self.kube.patch_allocation_status(
             meta["namespace"], meta["name"], patch, meta["resourceVersion"]
         )
+        version = (written.get("metadata") or {}).get("resourceVersion")
+        if version:
+            self.written[(meta["namespace"], meta["name"])] = str(version)
 
 
 def _owned_by(pod: Json, uid: str) -> bool:

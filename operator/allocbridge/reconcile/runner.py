@@ -18,12 +18,7 @@ from allocbridge.actions.lifecycle import Actions
 from allocbridge.cluster.connection import Credentials
 from allocbridge.cluster.resources import GROUP, PLURAL, VERSION, Kube
 from allocbridge.config import KubernetesSettings
-from allocbridge.model.pods import (
-    ANNOTATION_ALLOC_NAME,
-    LABEL_MANAGED_BY,
-    MANAGED_BY,
-    PodSettings,
-)
+from allocbridge.model.pods import LABEL_MANAGED_BY, MANAGED_BY, PodSettings, owning_allocation
 from allocbridge.reconcile.allocations import Reconciler
 
 log = logging.getLogger(__name__)
@@ -61,15 +56,17 @@ def build_registry(credentials: Credentials, settings: KubernetesSettings) -> ko
             await api.close()
 
     @kopf.on.event(GROUP, VERSION, PLURAL, registry=registry)
-    async def allocation_changed(namespace: str | None, name: str, **_: Any) -> None:
-        state["reconciler"].schedule(namespace or "", name)
+    async def allocation_changed(
+        namespace: str | None, name: str, meta: kopf.Meta, **_: Any
+    ) -> None:
+        version = meta.get("resourceVersion")
+        state["reconciler"].allocation_changed(namespace or "", name, version)
 
     @kopf.on.event("", "v1", "pods", labels={LABEL_MANAGED_BY: MANAGED_BY}, registry=registry)
-    async def pod_changed(
-        namespace: str | None, name: str, annotations: kopf.Annotations, **_: Any
-    ) -> None:
-        alloc = annotations.get(ANNOTATION_ALLOC_NAME, name)
-        state["reconciler"].schedule(namespace or "", alloc)
+    async def pod_changed(namespace: str | None, body: kopf.Body, **_: Any) -> None:
+        alloc = owning_allocation(body)
+        if alloc is not None:
+            state["reconciler"].schedule(namespace or "", alloc)
 
     def about_our_pod(body: kopf.Body, **_: Any) -> bool:
         involved = body.get("involvedObject") or {}

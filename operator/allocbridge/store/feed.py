@@ -19,7 +19,7 @@ from kubernetes_asyncio import client
 from allocbridge.cluster.resources import GROUP, PLURAL, VERSION
 from allocbridge.cluster.watch import Changed, Listed, watch
 from allocbridge.model import wire
-from allocbridge.model.pods import ANNOTATION_ALLOC_NAME, LABEL_MANAGED_BY, MANAGED_BY
+from allocbridge.model.pods import LABEL_MANAGED_BY, MANAGED_BY, owning_allocation
 from allocbridge.model.validation import parse_and_validate
 from allocbridge.store.allocation import StoredAllocation
 from allocbridge.store.memory import AllocationStore
@@ -121,8 +121,7 @@ class StoreFeed:
                 self.pods.pop(key, None)
             else:
                 self.pods[key] = obj
-            annotations = obj["metadata"].get("annotations") or {}
-            alloc_key = (key[0], annotations.get(ANNOTATION_ALLOC_NAME, key[1]))
+            alloc_key = (key[0], owning_allocation(obj) or key[1])
             alloc = self.allocs.get(alloc_key)
             if alloc is not None and self._synced:
                 self.store.upsert(render(alloc, self.pods.get(alloc_key)))
