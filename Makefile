@@ -8,7 +8,7 @@ IMAGE ?= allocbridge:dev
 KIND_CLUSTER ?= allocbridge
 PYTEST_ARGS ?=
 
-.PHONY: all dev test lint unit bench controlplane image deploy e2e-kind clean check-go
+.PHONY: all dev test lint unit bench controlplane image deploy deploy-overlay e2e-kind clean check-go
 
 all: test
 
@@ -45,19 +45,56 @@ dev: $(BIN)/.installed controlplane
 bench: $(BIN)/.installed controlplane
 	ALLOCBRIDGE_CONTROLPLANE_BIN=$(abspath $(CONTROLPLANE_BIN)) $(BIN)/python -m benchmarks $(BENCH_ARGS)
 
+# The container image (Dockerfile: a builder stage with the virtual environment, a slim
+# non-root final stage).
 image:
 	docker build -t $(IMAGE) .
 
-deploy:
-	cd manifests && kustomize edit set image allocbridge=$(IMAGE) 2>/dev/null || true
-	kubectl apply -k manifests/
+KUBECTL ?= kubectl
+DEPLOY_DIR ?= .cache/deploy
+KIND_KUBECONFIG ?= .cache/kind.kubeconfig
 
-e2e-kind: image
-	kind create cluster --name $(KIND_CLUSTER) || true
+# A kustomize overlay of manifests/ that swaps IMAGE (name:tag or name@digest) in for
+# allocbridge:0.1.0, written to DEPLOY_DIR so the checked-in base never changes.
+deploy-overlay:
+	@mkdir -p $(DEPLOY_DIR)
+	@image='$(IMAGE)'; \
+	case "$$image" in \
+	  *@*) name="$${image%@*}"; pin="digest: $${image#*@}" ;; \
+	  *) case "$${image##*/}" in \
+	       *:*) name="$${image%:*}"; pin="newTag: \"$${image##*:}\"" ;; \
+	       *) name="$$image"; pin="newTag: latest" ;; \
+	     esac ;; \
+	esac; \
+	base=$$($(PYTHON) -c 'import os, sys; print(os.path.relpath("manifests", sys.argv[1]))' '$(DEPLOY_DIR)'); \
+	printf '%s\n' \
+	  '# Written by make deploy: manifests/ with the image to deploy.' \
+	  'apiVersion: kustomize.config.k8s.io/v1beta1' \
+	  'kind: Kustomization' \
+	  'resources:' \
+	  "  - $$base" \
+	  'images:' \
+	  '  - name: allocbridge' \
+	  "    newName: $$name" \
+	  "    $$pin" > $(DEPLOY_DIR)/kustomization.yaml
+
+# Installs or upgrades allocbridge wherever KUBECTL points. The CRDs go first: kubectl cannot
+# map the ClusterKopfPeering of manifests/peering.yaml before its CRD is established.
+deploy: deploy-overlay
+	$(KUBECTL) apply -k crds/
+	$(KUBECTL) wait --for=condition=Established --timeout=60s \
+	  crd/allocations.allocbridge.io crd/clusterkopfpeerings.kopf.dev crd/kopfpeerings.kopf.dev
+	$(KUBECTL) apply -k $(DEPLOY_DIR)
+	$(KUBECTL) -n allocbridge-system rollout status deployment/allocbridge --timeout=180s
+
+# The cluster test suite against a kind cluster that runs the image (needs Docker and kind).
+e2e-kind: $(BIN)/.installed image
+	@mkdir -p $(dir $(KIND_KUBECONFIG))
+	kind get clusters | grep -qx '$(KIND_CLUSTER)' || kind create cluster --name $(KIND_CLUSTER) --wait 120s
+	kind get kubeconfig --name $(KIND_CLUSTER) > $(KIND_KUBECONFIG)
 	kind load docker-image $(IMAGE) --name $(KIND_CLUSTER)
-	$(MAKE) deploy IMAGE=$(IMAGE)
-	kind get kubeconfig --name $(KIND_CLUSTER) > .cache/kind.kubeconfig
-	ALLOCBRIDGE_TEST_KUBECONFIG=$(abspath .cache/kind.kubeconfig) $(BIN)/pytest -m cluster $(PYTEST_ARGS)
+	$(MAKE) deploy IMAGE=$(IMAGE) KUBECTL="$(KUBECTL) --kubeconfig=$(abspath $(KIND_KUBECONFIG))"
+	ALLOCBRIDGE_TEST_KUBECONFIG=$(abspath $(KIND_KUBECONFIG)) $(BIN)/pytest -m cluster $(PYTEST_ARGS)
 
 clean:
 	rm -rf $(VENV) .dev .mypy_cache .pytest_cache .ruff_cache

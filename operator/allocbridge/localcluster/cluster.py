@@ -105,6 +105,7 @@ class LocalCluster:
         self._binaries: Binaries | None = None
         self._timeout = start_timeout
         self._procs: list[ManagedProcess] = []
+        self._envs: dict[str, dict[str, str] | None] = {}  # for start_component
         self._ports: dict[str, int] = {}
         self._api: RestClient | None = None
         self._sandbox_tmp: Path | None = None
@@ -296,6 +297,27 @@ class LocalCluster:
     def log_path(self, component: str) -> Path:
         return self.state_dir / "logs" / f"{component}.log"
 
+    def stop_component(self, name: str) -> None:
+        """Stop one component (e.g. "kube-apiserver") to test an outage; see start_component."""
+        self._component(name).stop()
+
+    def start_component(self, name: str) -> None:
+        """Start a stopped component again as it was; for the API server, wait until ready."""
+        old = self._component(name)
+        if old.alive():
+            return
+        new = ManagedProcess(name, old.argv, old.log_path, self._envs.get(name))
+        self._procs[self._procs.index(old)] = new
+        self._registry.write(self._procs)
+        if name == "kube-apiserver":
+            self._wait(self._api_ready, "kube-apiserver /readyz")
+
+    def _component(self, name: str) -> ManagedProcess:
+        found = next((p for p in self._procs if p.name == name), None)
+        if found is None:
+            raise KeyError(f"no component named {name!r} in this cluster")
+        return found
+
     # -- start-up steps ------------------------------------------------------------------
 
     def _take_lock(self) -> None:
@@ -310,6 +332,7 @@ class LocalCluster:
         self._lock_fd = fd
 
     def _spawn(self, name: str, argv: list[str], env: dict[str, str] | None = None) -> None:
+        self._envs[name] = env
         self._procs.append(ManagedProcess(name, argv, self.log_path(name), env))
         self._registry.write(self._procs)
 

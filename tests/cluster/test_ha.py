@@ -1,0 +1,538 @@
+"""High availability: several `allocbridge run` replicas against one control plane.
+
+Each replica serves /v1 from its own watch-fed store; Kopf peering (a ClusterKopfPeering of the
+test's own, with distinct priorities) lets only the replica with the highest priority reconcile.
+A replica's JSON log says what it did: Kopf logs "Resuming operations after the pause" when a
+replica starts reconciling and "Pausing operations in favour of ..." when it stops, and each
+handler call with a `k8s_ref` naming the object. That ties reconciliation to one replica even
+while another reconciler (the session's standalone operator) watches the same cluster.
+
+The API-server restart test runs on a LocalCluster of its own, so stopping kube-apiserver
+never disturbs the session's cluster.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import json
+import re
+import signal
+import subprocess
+import threading
+import time
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from running_operator import Operator, eventually, http, install, service_account_kubeconfig
+
+from allocbridge.localcluster import BinariesMissingError, LocalCluster
+
+pytestmark = pytest.mark.cluster
+
+LEADER_PRIORITY, FOLLOWER_PRIORITY = 200, 100
+# Allocations without pods: once failed validation, nothing about them changes, so indexes
+# stand still and a blocking query has something to wait for.
+PODLESS = "no-such-driver"
+PEERING_LIFETIME = 60  # Kopf's default: a killed leader's record expires after this long
+
+
+class Replica(Operator):
+    """An `allocbridge run` process logging JSON, in a peering (or standalone with None)."""
+
+    def __init__(
+        self, folder: Path, kubeconfig: Path, *, peering: str | None, priority: int = 0
+    ) -> None:
+        folder.mkdir(parents=True, exist_ok=True)
+        super().__init__(folder, kubeconfig)
+        self.grace = 3.0
+        edits = {
+            r"graceful_shutdown_wait_duration = .*": 'graceful_shutdown_wait_duration = "3s"',
+            r"^log \{.*\}$": 'log {\n  level = "info"\n  format = "json"\n}',
+        }
+        if peering is not None:
+            edits[r"standalone = true"] = (
+                f'peering = "{peering}"\n  priority = {priority}\n  standalone = false'
+            )
+        text = self.config.read_text()
+        for pattern, replacement in edits.items():
+            text, found = re.subn(pattern, replacement, text, flags=re.MULTILINE)
+            assert found == 1, f"running_operator.Operator's configuration has no {pattern!r}"
+        self.config.write_text(text)
+        self._log_start = 0
+
+    def start(self) -> Replica:
+        self._log_start = self.log.stat().st_size if self.log.exists() else 0
+        super().start()
+        return self
+
+    def records(self) -> list[dict[str, Any]]:
+        """This run's JSON log records (a restart appends to the same file)."""
+        with self.log.open("rb") as file:
+            file.seek(self._log_start)
+            lines = file.read().decode(errors="replace").splitlines()
+        found = []
+        for line in lines:
+            with contextlib.suppress(ValueError):
+                record = json.loads(line)
+                if isinstance(record, dict):
+                    found.append(record)
+        return found
+
+    def leading(self) -> bool:
+        """Kopf's last word on peering in this run: resumed (reconciling) or paused."""
+        state = False
+        for record in self.records():
+            message = str(record.get("msg", ""))
+            if message.startswith("Resuming operations"):
+                state = True
+            elif message.startswith("Pausing operations"):
+                state = False
+        return state
+
+    def reconciled(self, namespace: str, name: str | None = None) -> bool:
+        """Whether a Kopf handler of this run ran for an object in `namespace` (named `name`)."""
+        for record in self.records():
+            ref = record.get("k8s_ref") or {}
+            if (
+                record.get("logger") == "kopf.objects"
+                and ref.get("namespace") == namespace
+                and (name is None or ref.get("name") == name)
+            ):
+                return True
+        return False
+
+    def health(self) -> int:
+        return http(self.ops + "/health")[0]
+
+
+def alloc_manifest(name: str, namespace: str, driver: str = "docker") -> dict[str, Any]:
+    """An allocation of one task; an unknown `driver` fails validation once and gets no pod."""
+    return {
+        "apiVersion": "allocbridge.io/v1",
+        "kind": "Allocation",
+        "metadata": {"name": name, "namespace": namespace},
+        "spec": {
+            "job": {"id": name, "type": "service"},  # JobID names it in API answers
+            "taskGroup": {"name": "g"},
+            "tasks": [{"name": "main", "driver": driver, "config": {"image": "busybox"}}],
+        },
+    }
+
+
+def header(headers: dict[str, str], name: str) -> str:
+    return next((v for k, v in headers.items() if k.lower() == name.lower()), "")
+
+
+def listing(replica: Replica, namespace: str, query: str = "") -> tuple[list[Any], dict[str, str]]:
+    status, body, headers = http(f"{replica.api}/v1/allocations?namespace={namespace}{query}")
+    assert status == 200, f"{replica.api}: {status} {body[:200]!r}"
+    items: list[Any] = json.loads(body)
+    return items, headers
+
+
+def names(items: list[Any]) -> list[str]:
+    """The allocations' JobIDs, which the tests set to the object names."""
+    return sorted(item["JobID"] for item in items)
+
+
+def wait_listed(replicas: tuple[Replica, ...], namespace: str, expected: list[str]) -> None:
+    """Wait until every replica's store lists exactly these allocation names."""
+    for replica in replicas:
+        eventually(
+            functools.partial(lambda r: names(listing(r, namespace)[0]) == expected, replica),
+            what=f"{replica.api} to list {expected}",
+        )
+
+
+def install_retrying(kubectl: Any) -> None:
+    """`install`, again if needed: on a fresh cluster its `kubectl wait crd --all` can catch a
+    CRD that has no conditions yet and fail; applying again is harmless."""
+
+    def installed() -> bool:
+        install(kubectl)
+        return True
+
+    eventually(installed, what="the CRDs and the operator's RBAC")
+
+
+def stop_all(*replicas: Replica) -> None:
+    """SIGTERM every live replica at once, then wait for each (their grace periods overlap)."""
+    for replica in replicas:
+        if replica.process is not None and replica.process.poll() is None:
+            replica.process.send_signal(signal.SIGTERM)
+    for replica in replicas:
+        replica.stop()
+
+
+@pytest.fixture(scope="module")
+def sa_kubeconfig(cluster: Any, kubectl: Any, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    install_retrying(kubectl)
+    folder = tmp_path_factory.mktemp("ha")
+    return service_account_kubeconfig(kubectl, cluster.kubeconfig, folder / "kubeconfig")
+
+
+@pytest.fixture
+def peering(kubectl: Any) -> Iterator[str]:
+    name = f"allocbridge-ha-{uuid.uuid4().hex[:8]}"
+    kubectl.apply(
+        {"apiVersion": "kopf.dev/v1", "kind": "ClusterKopfPeering", "metadata": {"name": name}}
+    )
+    yield name
+    kubectl("delete", "clusterkopfpeering", name, "--wait=false", check=False)
+
+
+@pytest.fixture
+def pair(sa_kubeconfig: Path, peering: str, tmp_path: Path) -> Iterator[tuple[Replica, Replica]]:
+    """A leader (started first, higher priority) and a follower, both ready."""
+    leader = Replica(tmp_path / "a", sa_kubeconfig, peering=peering, priority=LEADER_PRIORITY)
+    follower = Replica(tmp_path / "b", sa_kubeconfig, peering=peering, priority=FOLLOWER_PRIORITY)
+    try:
+        leader.start()
+        eventually(leader.leading, what="the first replica to start reconciling")
+        follower.start()
+        yield leader, follower
+    finally:
+        stop_all(follower, leader)
+
+
+def test_one_replica_reconciles_and_the_other_takes_over_when_it_dies(
+    pair: tuple[Replica, Replica], namespace: str, kubectl: Any
+) -> None:
+    leader, follower = pair
+    kubectl.apply(alloc_manifest("first", namespace, driver=PODLESS))
+    eventually(lambda: leader.reconciled(namespace, "first"), what="the leader to reconcile")
+    wait_listed(pair, namespace, ["first"])  # both serve the API, from their own stores
+    time.sleep(1.0)
+    assert leader.leading() and not follower.leading()
+    assert not follower.reconciled(namespace), "the paused replica reconciled"
+
+    leader.kill()  # SIGKILL: no goodbye in the peering; its record has to expire
+    killed = time.monotonic()
+    kubectl.apply(alloc_manifest("second", namespace))
+    eventually(follower.leading, timeout=PEERING_LIFETIME + 30, what="the follower to take over")
+    eventually(lambda: follower.reconciled(namespace, "second"), what="the follower to reconcile")
+    pod = eventually(lambda: kubectl.json("get", "pod", "second", "-n", namespace), what="pod")
+    assert pod["metadata"]["ownerReferences"][0]["name"] == "second"
+    print(f"takeover after SIGKILL: {time.monotonic() - killed:.1f}s")
+    assert names(listing(follower, namespace)[0]) == ["first", "second"]
+
+    # The old leader comes back (as after a rolling restart): the higher priority leads again
+    # and the other pauses; both serve the API throughout.
+    leader.start()
+    eventually(leader.leading, what="the restarted replica to lead again")
+    eventually(lambda: not follower.leading(), what="the follower to pause again")
+    for replica in pair:
+        assert names(listing(replica, namespace)[0]) == ["first", "second"]
+
+
+def test_page_tokens_and_blocking_indexes_work_across_replicas(
+    pair: tuple[Replica, Replica], namespace: str, kubectl: Any
+) -> None:
+    a, b = pair
+    created = [f"alloc-{i}" for i in range(5)]
+    for name in created:
+        kubectl.apply(alloc_manifest(name, namespace, driver=PODLESS))
+
+    def settled() -> bool:
+        """Both stores list every allocation with the CreateIndex the reconciler recorded."""
+        items = kubectl.json("get", "allocations", "-n", namespace)["items"]
+        if not all((item.get("status") or {}).get("createIndex") for item in items):
+            return False
+        views = [[(x["ID"], x["CreateIndex"]) for x in listing(r, namespace)[0]] for r in (a, b)]
+        return len(views[0]) == len(created) and views[0] == views[1]
+
+    eventually(settled, what="both replicas to list the same allocations")
+
+    def walk(replicas: list[Replica]) -> list[str]:
+        """Page through with 2 per page, asking the replicas in turn."""
+        seen: list[str] = []
+        token = ""
+        for turn in range(10):
+            query = "&per_page=2" + (f"&next_token={token}" if token else "")
+            items, headers = listing(replicas[turn % len(replicas)], namespace, query)
+            seen += [item["ID"] for item in items]
+            token = header(headers, "X-Nomad-NextToken")
+            if not token:
+                return seen
+        raise AssertionError("paging never ended")
+
+    only_a = walk([a])
+    assert walk([a, b]) == only_a  # a token from A resumes on B, and back
+    assert walk([b, a]) == only_a
+    assert len(only_a) == len(created) == len(set(only_a))
+
+    # Once nothing changes, a blocking query on B with the index A reported parks until the
+    # next change, and never answers with an index at or below A's.
+    def quiet() -> int:
+        """The index both replicas report, once it has stood still for a moment (else 0)."""
+        first = [int(header(listing(r, namespace)[1], "X-Nomad-Index")) for r in (a, b)]
+        time.sleep(1.5)
+        again = [int(header(listing(r, namespace)[1], "X-Nomad-Index")) for r in (a, b)]
+        return first[0] if len(set(first + again)) == 1 else 0
+
+    index = eventually(quiet, timeout=60, what="the pods to settle")
+    answers: list[tuple[int, list[str], float]] = []
+
+    def block_on_b() -> None:
+        """What a Nomad client does: block, and again from the new index, until it sees it."""
+        since = index
+        while not answers or "late" not in answers[-1][1]:
+            found, got = listing(b, namespace, f"&index={since}&wait=30s")
+            since = int(header(got, "X-Nomad-Index"))
+            answers.append((since, names(found), time.monotonic()))
+
+    waiter = threading.Thread(target=block_on_b, daemon=True)
+    waiter.start()
+    time.sleep(1.0)
+    assert answers == [], "B answered a blocking query although nothing had changed"
+    written = time.monotonic()
+    kubectl.apply(alloc_manifest("late", namespace, driver=PODLESS))
+    waiter.join(timeout=60)
+    assert not waiter.is_alive(), "the blocking query on B never saw the change"
+    assert all(got > index for got, _, _ in answers), answers
+    assert answers[0][2] >= written
+    assert "late" in answers[-1][1]
+
+
+def test_a_draining_replica_leaves_the_pool_without_failing_a_request(
+    pair: tuple[Replica, Replica], namespace: str, kubectl: Any
+) -> None:
+    leader, follower = pair
+    kubectl.apply(alloc_manifest("steady", namespace))
+    path = f"/v1/allocations?namespace={namespace}"
+    wait_listed(pair, namespace, ["steady"])
+    balancer = Balancer([leader, follower], path)
+    balancer.start()
+    try:
+        eventually(lambda: all(balancer.served[r.api] >= 20 for r in pair), what="traffic")
+        assert leader.health() == 200
+
+        assert leader.process is not None
+        leader.process.send_signal(signal.SIGTERM)
+        signalled = time.monotonic()
+        eventually(lambda: leader.health() == 503, timeout=1.0, what="503 after SIGTERM")
+        assert time.monotonic() - signalled < 1.0
+        # Draining: unready, yet the API still answers whoever has not noticed yet.
+        status, body, _ = http(leader.api + path)
+        assert status == 200 and names(json.loads(body)) == ["steady"]
+        assert "allocbridge_draining 1.0" in http(leader.ops + "/metrics")[1].decode()
+        assert leader.process.wait(timeout=30) == 0
+        assert time.monotonic() - signalled >= leader.grace
+        # A graceful stop leaves the peering at once: no waiting for a record to expire.
+        eventually(follower.leading, timeout=10, what="the follower to take over")
+        after_exit = balancer.served[follower.api]
+        eventually(lambda: balancer.served[follower.api] >= after_exit + 20, what="traffic")
+    finally:
+        balancer.stop()
+
+    assert balancer.failures == [], balancer.failures[:5]
+    seen = balancer.health_seen[leader.api]
+    assert seen[0] == 200 and 503 in seen
+    assert 200 not in seen[seen.index(503) :], "a draining replica turned ready again"
+    assert set(balancer.health_seen[follower.api]) == {200}
+
+
+class Balancer:
+    """A load balancer in miniature: health checks every 100 ms, requests to healthy replicas.
+
+    Requests go round-robin, one after another, only to replicas whose last health check
+    answered 200; every answer that is not a 200 (or no answer) is a failure.
+    """
+
+    def __init__(self, replicas: list[Replica], path: str) -> None:
+        self.replicas = replicas
+        self.path = path
+        self.healthy: dict[str, bool] = {r.api: False for r in replicas}
+        self.health_seen: dict[str, list[int]] = {r.api: [] for r in replicas}
+        self.served: dict[str, int] = {r.api: 0 for r in replicas}
+        self.failures: list[str] = []
+        self._stop = threading.Event()
+        self._threads = [
+            threading.Thread(target=self._check, daemon=True),
+            threading.Thread(target=self._send, daemon=True),
+        ]
+
+    def start(self) -> None:
+        for thread in self._threads:
+            thread.start()
+
+    def stop(self) -> None:
+        self._stop.set()
+        for thread in self._threads:
+            thread.join(timeout=10)
+
+    def _check(self) -> None:
+        while not self._stop.is_set():
+            for replica in self.replicas:
+                try:
+                    status = replica.health()
+                except OSError:
+                    status = 0  # gone: out of the pool, not a request failure
+                if not self.health_seen[replica.api] or self.health_seen[replica.api][-1] != status:
+                    self.health_seen[replica.api].append(status)
+                self.healthy[replica.api] = status == 200
+            self._stop.wait(0.1)
+
+    def _send(self) -> None:
+        turn = 0
+        while not self._stop.is_set():
+            pool = [r for r in self.replicas if self.healthy[r.api]]
+            if not pool:
+                self._stop.wait(0.01)
+                continue
+            replica = pool[turn % len(pool)]
+            turn += 1
+            try:
+                status, body, _ = http(replica.api + self.path)
+            except OSError as exc:
+                self.failures.append(f"{replica.api}: {exc!r}")
+                continue
+            if status != 200:
+                self.failures.append(f"{replica.api}: {status} {body[:100]!r}")
+            else:
+                self.served[replica.api] += 1
+            self._stop.wait(0.005)
+
+
+# -- the Kubernetes API server goes away and comes back -----------------------------------
+
+
+class ClusterKubectl:
+    """The built kubectl on a LocalCluster of this test's own (the fixture's is session-wide)."""
+
+    def __init__(self, cluster: LocalCluster) -> None:
+        self.argv = [str(cluster.kubectl), f"--kubeconfig={cluster.kubeconfig}"]
+
+    def __call__(
+        self, *args: str, check: bool = True, stdin: str | None = None
+    ) -> subprocess.CompletedProcess[str]:
+        done = subprocess.run(
+            [*self.argv, *args],
+            check=False,
+            input=stdin,
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+        if check and done.returncode != 0:
+            raise AssertionError(f"kubectl {' '.join(args)}: {done.stderr.strip()}")
+        return done
+
+    def json(self, *args: str) -> Any:
+        return json.loads(self(*args, "-o", "json").stdout)
+
+    def apply(self, manifest: dict[str, Any]) -> None:
+        self("apply", "-f", "-", stdin=json.dumps(manifest))
+
+
+class HealthRecorder:
+    """Polls `/health?worker_info=1` every 50 ms, keeping each change of (status, upstream)."""
+
+    def __init__(self, replica: Replica) -> None:
+        self.replica = replica
+        self.seen: list[tuple[int, str]] = []
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+
+    def __enter__(self) -> HealthRecorder:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *_: object) -> None:
+        self._stop.set()
+        self._thread.join(timeout=10)
+
+    @property
+    def upstream(self) -> str:
+        return self.seen[-1][1] if self.seen else ""
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            try:
+                status, body, _ = http(self.replica.ops + "/health?worker_info=1")
+                sample = (
+                    status,
+                    json.loads(body)["worker_process_info"]["upstream_connection_state"],
+                )
+            except (OSError, ValueError, KeyError) as exc:
+                sample = (0, repr(exc))
+            if not self.seen or self.seen[-1] != sample:
+                self.seen.append(sample)
+            self._stop.wait(0.05)
+
+
+@pytest.fixture
+def own_cluster(tmp_path: Path) -> Iterator[LocalCluster]:
+    local = LocalCluster(state_dir=tmp_path / "controlplane")
+    try:
+        local.binaries  # noqa: B018 - skips below when the control plane is not built
+    except BinariesMissingError as exc:
+        pytest.skip(f"needs the local control plane binaries: {exc}")
+    local.start()
+    try:
+        local.create_node("node-1")
+        yield local
+    finally:
+        local.stop()
+
+
+def test_kubernetes_api_restart_is_reported_and_survived_without_losing_readiness(
+    own_cluster: LocalCluster, tmp_path: Path
+) -> None:
+    kubectl = ClusterKubectl(own_cluster)
+    install_retrying(kubectl)
+    kubeconfig = service_account_kubeconfig(kubectl, own_cluster.kubeconfig, tmp_path / "sa")
+    kubectl("create", "namespace", "outage")
+    eventually(
+        lambda: (
+            kubectl("get", "serviceaccount", "default", "-n", "outage", check=False).returncode == 0
+        ),
+        what="the default ServiceAccount",
+    )
+    replica = Replica(tmp_path / "operator", kubeconfig, peering=None).start()
+    try:
+        kubectl.apply(alloc_manifest("before", "outage"))
+        eventually(
+            lambda: kubectl("get", "pod", "before", "-n", "outage", check=False).returncode == 0,
+            what="the first pod",
+        )
+        eventually(lambda: names(listing(replica, "outage")[0]) == ["before"], what="a list")
+
+        with HealthRecorder(replica) as health:
+            eventually(lambda: health.upstream == "READY", what="READY")
+            own_cluster.stop_component("kube-apiserver")
+            eventually(
+                lambda: health.upstream in ("TRANSIENT_FAILURE", "CONNECTING"),
+                timeout=20,
+                what="the lost API server to be reported",
+            )
+            time.sleep(3.0)  # the store's watches and Kopf notice too
+            assert names(listing(replica, "outage")[0]) == ["before"]  # served from the store
+            own_cluster.start_component("kube-apiserver")
+            # Changes the replica has not seen yet: its watches are still backing off.
+            kubectl.apply(alloc_manifest("after", "outage"))
+            kubectl("delete", "allocation", "before", "-n", "outage", "--wait=false")
+            eventually(lambda: health.upstream == "READY", timeout=60, what="READY again")
+            eventually(
+                lambda: names(listing(replica, "outage")[0]) == ["after"],
+                timeout=60,
+                what="the store to catch up",
+            )
+            eventually(
+                lambda: kubectl("get", "pod", "after", "-n", "outage", check=False).returncode == 0,
+                timeout=60,
+                what="reconciliation to resume",
+            )
+            time.sleep(0.5)
+
+        statuses = [status for status, _ in health.seen]
+        assert set(statuses) == {200}, f"readiness failed: {health.seen}"
+        states = [state for _, state in health.seen]
+        lost = next(i for i, s in enumerate(states) if s in ("TRANSIENT_FAILURE", "CONNECTING"))
+        assert states[0] == "READY" and "READY" in states[lost:], states
+    finally:
+        replica.stop()
