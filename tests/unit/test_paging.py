@@ -181,7 +181,7 @@ _specs = st.lists(
     reverse=st.booleans(),
     filtered=st.booleans(),
 )
-def test_every_allocation_appears_exactly_once_across_pages(  # noqa: PLR0917
+def test_every_allocation_appears_exactly_once_across_pages(
     specs: list[tuple[str, int, str]],
     per_page: int,
     namespace: str | None,
