@@ -191,6 +191,8 @@ class Actions:
         name = canonical(signal_name)
         obj, spec = await self.load(target)
         tasks = self._running_tasks(obj, spec, task)
+        if not tasks:  # no task named and none running: an error, never a silent success
+            raise ActionError(409, "Task not running")
         events = {
             t: [
                 task_event(

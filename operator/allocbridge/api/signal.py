@@ -2,7 +2,8 @@
 
 Body `{"Signal": "SIGUSR1", "Task": "web"}` (keys case-insensitive, as Go decodes them); answers
 `{}`. Nomad answers 500 for an unknown or stopped task; here those are 404 `Task not found` and
-409 `Task not running`, and an unknown signal name is 400 (see the README's compatibility table).
+409 `Task not running` (also when no task is named and none is running), and an unknown signal
+name is 400 (see the README's compatibility table).
 """
 
 from __future__ import annotations

@@ -1,0 +1,291 @@
+"""python-nomad (PyPI `python-nomad`, module `nomad`) against the real operator.
+
+Every allocation call the library offers: `allocations.get_allocations` (prefix, filter,
+per_page, next_token, namespace, resources, task_states, reverse) and the `len`/`iter` of
+`allocations`; `allocation.get_allocation`, `in`, `[]` and `stop_allocation`;
+`client.allocation.signal_allocation`, `restart_allocation` and `read_allocation_stats`; and
+`client.gc_allocation.garbage_collect`. python-nomad raises by status: 400
+`BadRequestNomadException`, 403 `URLNotAuthorizedNomadException`, 404
+`URLNotFoundNomadException`, 409 `VariableConflict` (its name for any 409), anything else
+`BaseNomadException`; each carries the response, whose text is allocbridge's (Nomad's) message.
+
+python-nomad returns bodies only, never headers, so it cannot read `X-Nomad-NextToken`; the
+paging test builds the next token the way Nomad's paginator does (`<CreateIndex>.<ID>`). It
+sends Python booleans as `True`/`False`: Go's ParseBool accepts them for `resources` and
+`task_states`, but `reverse` counts only when exactly `true` (in Nomad too), so
+`reverse=True` from python-nomad does not reverse.
+"""
+
+from __future__ import annotations
+
+import time
+import uuid
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from typing import Any
+
+import nomad
+import pytest
+from nomad.api import exceptions
+from running_operator import Operator, eventually, http
+
+pytestmark = pytest.mark.cluster
+
+UNKNOWN = "0f0f0f0f-0000-4000-8000-000000000000"
+FAST_RESTARTS = {"attempts": 1, "interval": "10m", "delay": "1s", "mode": "fail"}
+READ = ("pa", "pb", "pc")  # allocations nothing changes
+ACT = ("psig", "prst", "pstop")
+
+
+def manifest(name: str, namespace: str, group: dict[str, Any] | None = None) -> dict[str, Any]:
+    return {
+        "apiVersion": "allocbridge.io/v1",
+        "kind": "Allocation",
+        "metadata": {"name": name, "namespace": namespace},
+        "spec": {
+            "job": {"id": name, "type": "service"},
+            "taskGroup": {"name": "g", "restartPolicy": FAST_RESTARTS, **(group or {})},
+            "tasks": [{"name": "main", "driver": "docker", "config": {"image": "x"}}],
+        },
+    }
+
+
+@dataclass
+class World:
+    operator: Operator
+    cluster: Any
+    kubectl: Any
+    read: str
+    act: str
+    ids: dict[str, str] = field(default_factory=dict)
+
+    def signals(self, name: str) -> list[str | None]:
+        return [r.signal for r in self.cluster.signals(self.act, name, "main")]
+
+
+def _wait_running(w: World, namespace: str, name: str) -> str:
+    def uid() -> str | None:
+        found = w.kubectl.json("get", "allocation", name, "-n", namespace)
+        running = (found.get("status") or {}).get("clientStatus") == "running"
+        return str(found["metadata"]["uid"]) if running else None
+
+    alloc_id: str = eventually(uid, timeout=120, what=f"{namespace}/{name} to run")
+
+    def served() -> bool:
+        code, body, _ = http(f"{w.operator.api}/v1/allocation/{alloc_id}")
+        return code == 200 and b'"ClientStatus":"running"' in body
+
+    eventually(served, timeout=60, what=f"the API to serve {name} running")
+    return alloc_id
+
+
+@pytest.fixture(scope="module")
+def world(operator: Operator, cluster: Any, kubectl: Any) -> Iterator[World]:
+    suffix = uuid.uuid4().hex[:6]
+    w = World(operator, cluster, kubectl, read=f"py-read-{suffix}", act=f"py-act-{suffix}")
+    try:
+        for namespace, names in ((w.read, READ), (w.act, ACT)):
+            kubectl("create", "namespace", namespace)
+            eventually(
+                lambda n=namespace: (
+                    kubectl("get", "serviceaccount", "default", "-n", n, check=False).returncode
+                    == 0
+                ),
+                what=f"namespace {namespace} to get its default ServiceAccount",
+            )
+            for name in names:
+                kubectl.apply(manifest(name, namespace))
+        for namespace, names in ((w.read, READ), (w.act, ACT)):
+            for name in names:
+                w.ids[name] = _wait_running(w, namespace, name)
+        cluster.set_handled_signals(w.act, "psig", "main", ["USR1", "HUP"])
+        yield w
+    finally:
+        for namespace in (w.read, w.act):
+            kubectl("delete", "namespace", namespace, "--wait=false", check=False)
+
+
+def client_for(world: World, namespace: str | None) -> Any:
+    return nomad.Nomad(address=world.operator.api, namespace=namespace, timeout=30)
+
+
+@pytest.fixture
+def read(world: World, monkeypatch: pytest.MonkeyPatch) -> Any:
+    """A client for the READ namespace; NOMAD_* from the environment must not leak in."""
+    for name in ("NOMAD_ADDR", "NOMAD_TOKEN", "NOMAD_NAMESPACE", "NOMAD_REGION"):
+        monkeypatch.delenv(name, raising=False)
+    return client_for(world, world.read)
+
+
+@pytest.fixture
+def act(world: World, monkeypatch: pytest.MonkeyPatch) -> Any:
+    for name in ("NOMAD_ADDR", "NOMAD_TOKEN", "NOMAD_NAMESPACE", "NOMAD_REGION"):
+        monkeypatch.delenv(name, raising=False)
+    return client_for(world, world.act)
+
+
+def raised(kind: type[Exception], call: Any, *args: Any, **kwargs: Any) -> str:
+    """Call, expect `kind`, return the response text it carries."""
+    with pytest.raises(kind) as caught:
+        call(*args, **kwargs)
+    response = caught.value.nomad_resp  # type: ignore[attr-defined]
+    return str(response.text)
+
+
+# -- allocations ------------------------------------------------------------------------------
+
+
+def test_get_allocations(world: World, read: Any) -> None:
+    ids = {world.ids[name] for name in READ}
+    listed = read.allocations.get_allocations()
+    assert {a["ID"] for a in listed} == ids
+    assert all(a["Namespace"] == world.read and a["TaskStates"]["main"] for a in listed)
+    assert len(read.allocations) == 3
+    assert {a["ID"] for a in read.allocations} == ids
+    # Another namespace by parameter, and all of them.
+    assert {a["ID"] for a in read.allocations.get_allocations(namespace=world.act)} == {
+        world.ids[name] for name in ACT
+    }
+    everywhere = read.allocations.get_allocations(namespace="*")
+    assert ids | {world.ids[name] for name in ACT} <= {a["ID"] for a in everywhere}
+
+
+def test_get_allocations_prefix_filter_and_fields(world: World, read: Any) -> None:
+    target = world.ids["pb"]
+    for prefix in (target[:2], target[:8], target):
+        found = read.allocations.get_allocations(prefix=prefix)
+        assert target in {a["ID"] for a in found}
+        assert all(a["ID"].startswith(prefix) for a in found)
+    text = raised(exceptions.BadRequestNomadException, read.allocations.get_allocations, "abc")
+    assert text == "alloc lookup failed: index error: Input (without hyphens) must be even length"
+
+    found = read.allocations.get_allocations(filter_='JobID == "pb"')
+    assert [a["ID"] for a in found] == [target]
+    text = raised(
+        exceptions.BadRequestNomadException, read.allocations.get_allocations, filter_="x"
+    )
+    assert text.startswith("failed to create result paginator: failed to read filter expression:")
+
+    slim = read.allocations.get_allocations(task_states=False)
+    assert len(slim) == 3 and all(a["TaskStates"] is None for a in slim)
+    full = read.allocations.get_allocations(resources=True)
+    assert all("AllocatedResources" in a for a in full)
+    assert all("AllocatedResources" not in a for a in read.allocations.get_allocations())
+
+
+def test_get_allocations_pages(world: World, read: Any) -> None:
+    ordered = read.allocations.get_allocations()  # CreateIndex order, then ID
+    first = read.allocations.get_allocations(per_page=2)
+    assert [a["ID"] for a in first] == [a["ID"] for a in ordered[:2]]
+    third = ordered[2]
+    rest = read.allocations.get_allocations(
+        per_page=2, next_token=f"{third['CreateIndex']}.{third['ID']}"
+    )
+    assert [a["ID"] for a in rest] == [third["ID"]]
+    # python-nomad sends reverse=True as "True", which Nomad (and allocbridge) ignore.
+    assert read.allocations.get_allocations(reverse=True) == ordered
+
+
+# -- allocation -------------------------------------------------------------------------------
+
+
+def test_get_allocation(world: World, read: Any) -> None:
+    alloc_id = world.ids["pa"]
+    alloc = read.allocation.get_allocation(alloc_id)
+    assert alloc["ID"] == alloc_id and alloc["JobID"] == "pa" and alloc["Namespace"] == world.read
+    assert alloc["ClientStatus"] == "running" and alloc["TaskStates"]["main"]["State"] == "running"
+    assert alloc_id in read.allocation
+    assert read.allocation[alloc_id]["ID"] == alloc_id
+
+    assert UNKNOWN not in read.allocation
+    with pytest.raises(KeyError):
+        read.allocation[UNKNOWN]
+    text = raised(exceptions.URLNotFoundNomadException, read.allocation.get_allocation, UNKNOWN)
+    assert text == "alloc not found"
+    text = raised(exceptions.BadRequestNomadException, read.allocation.get_allocation, "0f0f0f0f")
+    assert text == "alloc lookup failed: index error: UUID must be 36 characters"
+
+
+# -- client.allocation: signal, restart, stats, gc --------------------------------------------
+
+
+def test_signal_allocation(world: World, act: Any) -> None:
+    alloc_id = world.ids["psig"]
+    signal = act.client.allocation.signal_allocation
+    assert signal(alloc_id, "SIGUSR1", task="main") == {}
+    assert signal(alloc_id, "SIGHUP") == {}  # python-nomad sends "Task": null: every task
+    assert world.signals("psig") == ["USR1", "HUP"]
+
+    assert raised(exceptions.URLNotFoundNomadException, signal, alloc_id, "SIGUSR1", "ghost") == (
+        "Task not found"
+    )
+    assert "SIGNOPE" in raised(exceptions.BadRequestNomadException, signal, alloc_id, "SIGNOPE")
+    assert raised(exceptions.URLNotFoundNomadException, signal, UNKNOWN, "SIGHUP") == (
+        f'Unknown allocation "{UNKNOWN}"'
+    )
+    assert world.signals("psig") == ["USR1", "HUP"]
+
+
+def test_restart_allocation(world: World, act: Any) -> None:
+    alloc_id = world.ids["prst"]
+    assert act.client.allocation.restart_allocation(alloc_id) == {}  # the running tasks
+
+    def restarted() -> bool:
+        state = act.allocation.get_allocation(alloc_id)["TaskStates"]["main"]
+        return bool(state["Restarts"] == 1 and state["State"] == "running")
+
+    eventually(restarted, what="the running task to restart")
+    assert world.signals("prst") == ["TERM"]
+    text = raised(
+        exceptions.URLNotFoundNomadException, act.client.allocation.restart_allocation, UNKNOWN
+    )
+    assert text == f'Unknown allocation "{UNKNOWN}"'
+
+
+def test_stats_and_gc_are_not_served(world: World, act: Any) -> None:
+    """Resource usage and client GC are outside the allocations API allocbridge serves."""
+    alloc_id = world.ids["prst"]
+    stats = act.client.allocation.read_allocation_stats
+    assert raised(exceptions.URLNotFoundNomadException, stats, alloc_id) == "resource not found"
+    gc = act.client.gc_allocation.garbage_collect
+    assert raised(exceptions.URLNotFoundNomadException, gc, alloc_id) == "resource not found"
+
+
+# -- stop -------------------------------------------------------------------------------------
+
+
+def test_stop_allocation(world: World, act: Any) -> None:
+    alloc_id = world.ids["pstop"]
+    answer = act.allocation.stop_allocation(alloc_id)
+    assert set(answer) == {"EvalID", "Index"} and len(answer["EvalID"]) == 36
+    assert answer["Index"] > 0
+
+    def stopped() -> dict[str, Any] | None:
+        alloc: dict[str, Any] = act.allocation.get_allocation(alloc_id)
+        return alloc if alloc["ClientStatus"] == "complete" else None
+
+    old = eventually(stopped, what="the allocation to stop")
+    assert old["DesiredStatus"] == "stop" and old["NextAllocation"]
+    replacement = eventually(
+        lambda: (
+            (a := act.allocation.get_allocation(old["NextAllocation"]))["ClientStatus"] == "running"
+            and a
+        ),
+        what="the replacement to run",
+    )
+    assert replacement["PreviousAllocation"] == alloc_id
+
+    # allocbridge answers 409 where the allocation's state forbids the call; python-nomad
+    # raises its VariableConflict for any 409, with allocbridge's text.
+    text = raised(exceptions.VariableConflict, act.allocation.stop_allocation, alloc_id)
+    assert "already stopped" in text
+    text = raised(exceptions.VariableConflict, act.client.allocation.restart_allocation, alloc_id)
+    assert text == "restart of an alloc that should not run"
+    signal = act.client.allocation.signal_allocation
+    assert raised(exceptions.VariableConflict, signal, alloc_id, "SIGHUP") == "Task not running"
+    assert raised(exceptions.VariableConflict, signal, alloc_id, "SIGHUP", "main") == (
+        "Task not running"
+    )
+    started = time.monotonic()
+    text = raised(exceptions.URLNotFoundNomadException, act.allocation.stop_allocation, UNKNOWN)
+    assert text == "allocation not found" and time.monotonic() - started < 5
