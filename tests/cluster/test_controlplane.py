@@ -24,6 +24,7 @@ from kubernetes_asyncio import config as k8s_config
 from kubernetes_asyncio.client.rest import ApiException
 
 from allocbridge.localcluster import LocalCluster, write_token_kubeconfig
+from allocbridge.localcluster.stages import SANDBOX_CONDITION
 
 V5 = "v5.channel.k8s.io"
 V4 = "v4.channel.k8s.io"
@@ -374,6 +375,61 @@ async def test_deleting_a_pod_removes_its_sandbox(
 
     await eventually(gone, "the pod to be deleted")
     await eventually(lambda: asyncio.sleep(0, not folder.exists()), "the sandbox to go")
+
+
+async def test_a_pod_deleted_and_created_again_under_its_name_runs_every_time(
+    cluster: LocalCluster, kube: Any, namespace: str
+) -> None:
+    """The operator replaces a pod under the same name at once (restart with AllTasks).
+
+    Every new pod must run with a sandbox and an Exec of its own. Without the pod-delete stage's
+    grace-period guard, kwok's second delete of the old pod (by name, no UID precondition)
+    could remove the new one: this test failed in each of three runs without the guard.
+    """
+    if not getattr(cluster, "is_local", True):
+        pytest.skip("kwok-specific (a real kubelet takes the grace period to delete a pod)")
+    core: Any = k8s_client.CoreV1Api(kube)  # the typed API takes V1Pod, not the manifest
+    custom = k8s_client.CustomObjectsApi(kube)
+    manifest = pod_manifest("same")
+    pod = await running_pod(kube, namespace, manifest)
+    for round_ in range(12):
+        old_uid = pod.metadata.uid
+        await core.delete_namespaced_pod("same", namespace)
+        deadline = time.monotonic() + 30
+        while True:  # as soon as the name is free, as the operator does
+            try:
+                created = await core.create_namespaced_pod(namespace, manifest)
+                break
+            except ApiException as err:
+                if err.status != 409 or time.monotonic() > deadline:
+                    raise
+            await asyncio.sleep(0.005)
+        uid = created.metadata.uid
+        assert uid != old_uid
+
+        async def running(uid: str = uid, round_: int = round_) -> Any:
+            try:
+                got = await core.read_namespaced_pod("same", namespace)
+            except ApiException as err:
+                if err.status == 404:
+                    raise AssertionError(f"the pod of round {round_} was deleted") from None
+                raise
+            assert got.metadata.uid == uid, f"the pod of round {round_} was replaced"
+            return got if got.status.phase == "Running" else None
+
+        pod = await eventually(running, f"the pod of round {round_} to run")
+        conditions = {c.type: c.status for c in pod.status.conditions}
+        assert conditions[SANDBOX_CONDITION] == "True"
+        execs = await custom.get_namespaced_custom_object(
+            "kwok.x-k8s.io", "v1alpha1", namespace, "execs", "same"
+        )
+        assert [o["uid"] for o in execs["metadata"]["ownerReferences"]] == [uid]
+        script = 'echo "$POD_NAME"; pwd; ls -A; touch "round-$1"'
+        got = await exec_in_pod(kube, namespace, "same", ["sh", "-c", script, "sh", str(round_)])
+        assert got.exit_code == 0, got
+        name, pwd, *files = got.stdout.decode().splitlines()
+        assert (name, Path(pwd)) == ("same", cluster.sandbox_dir(namespace, "same", "main"))
+        assert not [f for f in files if f.startswith("round-")], "the old pod's sandbox is left"
 
 
 # -- controllers and authorization -----------------------------------------------------------

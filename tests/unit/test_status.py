@@ -283,3 +283,40 @@ def test_merge_patch_is_empty_when_nested_nulls_are_already_absent() -> None:
         "clientStatus": "complete"
     }
     assert merge_patch({"a": 1, "b": 2}, {"a": 1}) == {"b": None}
+
+
+def test_merge_patch_deletes_nested_keys() -> None:
+    """An emptied bookkeeping map must reach the API server, or old values come back."""
+    from allocbridge.model.status import merge_patch
+
+    stored = {"observed": {"main": {"startedAt": 5, "restartCount": 1}}, "x": [1]}
+    derived = {"observed": {"main": {}}, "x": [1, 2]}
+    assert merge_patch(stored, derived) == {
+        "observed": {"main": {"startedAt": None, "restartCount": None}},
+        "x": [1, 2],
+    }
+
+
+def test_new_pod_starting_in_the_same_second_is_seen_after_a_full_restart() -> None:
+    """The stored status after the patch still tells the new container's start apart."""
+    from allocbridge.model.status import merge_patch
+
+    def apply(stored: dict[str, Any], patch: dict[str, Any]) -> dict[str, Any]:
+        out = dict(stored)
+        for key, value in patch.items():
+            if value is None:
+                out.pop(key, None)
+            elif isinstance(value, dict) and isinstance(out.get(key), dict):
+                out[key] = apply(out[key], value)
+            else:
+                out[key] = value
+        return out
+
+    stored = derive(spec(), {"podCreated": True}, pod([running("server", T0)]), T0).status
+    stored = apply({}, merge_patch({}, stored))
+    stored["recreatePod"] = True
+    gone = derive(spec(), stored, None, T0 + NS // 4)
+    stored = apply(stored, merge_patch(stored, gone.status))
+    stored["podCreated"] = True
+    again = derive(spec(), stored, pod([running("server", T0)]), T0 + NS // 2)
+    assert again.status["taskStates"]["server"]["state"] == "running"

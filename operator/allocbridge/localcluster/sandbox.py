@@ -14,7 +14,9 @@ Run as `python -m allocbridge.localcluster.sandbox ...` (LocalCluster starts and
    `securityContext.runAsUser/runAsGroup` = the unprivileged sandbox user (65534), so even a
    shell builtin `kill` cannot reach the machine's processes. Then it sets the pod condition
    `localcluster.allocbridge.io/SandboxReady`, which is what lets kwok's pod-ready stage start
-   the pod: a Running pod always has its exec targets. Folders and the Exec go with the pod.
+   the pod: a Running pod always has its exec targets. The condition patch carries the pod's
+   UID, so it never reaches a newer pod of the same name, and a failed preparation is tried
+   again (a Pending pod may see no other event). Folders and the Exec go with the pod.
 2. plays the kubelet for container ends. It looks at every sandbox within ~100 ms of a
    stand-in or `request_exit` appending to `<root>/.activity` (exec env
    `ALLOCBRIDGE_ACTIVITY`), and at least once a second regardless:
@@ -112,6 +114,8 @@ SANDBOX_PATH = "/usr/local/bin:/usr/bin:/bin"
 EXEC_API = "/apis/kwok.x-k8s.io/v1alpha1"
 MANAGED_BY = {"app.kubernetes.io/managed-by": "allocbridge-localcluster"}
 POLL_INTERVAL = 0.1
+SYNC_ATTEMPTS = 12  # preparing a pod's sandbox: tries while nothing newer about the pod came
+SYNC_RETRY_DELAY = (0.2, 5.0)  # first and longest pause between those tries, in seconds
 FULL_SCAN_INTERVAL = 1.0
 ACTIVITY_FILE = ".activity"
 
@@ -310,6 +314,7 @@ class _ApiError(RuntimeError):
     def __init__(self, status: int, body: str) -> None:
         super().__init__(f"HTTP {status}: {body[:300]}")
         self.status = status
+        self.body = body
 
 
 class _Kube:
@@ -471,7 +476,29 @@ class KubeletSimulation:
             uid = str(meta.get("uid"))
             self._enqueue(key, lambda: self._remove(key, uid))
         else:
-            self._enqueue(key, lambda: self._sync(key, obj))
+            self._enqueue(key, lambda: self._sync_retrying(key, obj))
+
+    async def _sync_retrying(self, key: tuple[str, str], obj: dict[str, Any]) -> None:
+        """`_sync`, tried again after a failure until a later event of the pod is queued.
+
+        A Pending pod only starts once its sandbox is marked prepared, and it may see no other
+        event until then: a failed attempt that was only logged would leave it Pending for good.
+        """
+        delay, longest = SYNC_RETRY_DELAY
+        for attempt in range(1, SYNC_ATTEMPTS + 1):
+            try:
+                await self._sync(key, obj)
+                return
+            except (_ApiError, aiohttp.ClientError, OSError, TimeoutError) as err:
+                if attempt == SYNC_ATTEMPTS:
+                    raise
+                failure = err
+            if self._chains.get(key) is not asyncio.current_task():
+                log.info("preparing pod %s/%s failed (%s); a newer event follows", *key, failure)
+                return
+            log.warning("preparing pod %s/%s failed, again in %.1fs: %s", *key, delay, failure)
+            await asyncio.sleep(delay)
+            delay = min(delay * 2, longest)
 
     async def _sync(self, key: tuple[str, str], obj: dict[str, Any]) -> None:
         meta, spec = obj["metadata"], obj.get("spec") or {}
@@ -548,17 +575,30 @@ class KubeletSimulation:
         }
 
     async def _put_exec(self, pod: _Pod, containers: list[str]) -> None:
-        body = self._exec_object(pod, containers)
+        """Create the pod's Exec, or take over the one of that name that is left.
+
+        One is left when an earlier try for this pod got that far, or when an earlier pod of the
+        same name went while this process did not follow it (the garbage collector deletes that
+        one sooner or later, possibly between the reads and writes here): try again then.
+        """
         collection = f"{EXEC_API}/namespaces/{pod.namespace}/execs"
-        try:
-            await self._call("POST", collection, body=body)
-            return
-        except _ApiError as err:
-            if err.status != 409:
-                raise
-        existing = await self._call("GET", f"{collection}/{pod.name}")
-        body["metadata"]["resourceVersion"] = existing["metadata"]["resourceVersion"]
-        await self._call("PUT", f"{collection}/{pod.name}", body=body)
+        for _attempt in range(10):
+            body = self._exec_object(pod, containers)
+            try:
+                await self._call("POST", collection, body=body)
+                return
+            except _ApiError as err:
+                if err.status != 409:
+                    raise
+            try:
+                existing = await self._call("GET", f"{collection}/{pod.name}")
+                body["metadata"]["resourceVersion"] = existing["metadata"]["resourceVersion"]
+                await self._call("PUT", f"{collection}/{pod.name}", body=body)
+                return
+            except _ApiError as err:
+                if err.status not in (404, 409):
+                    raise
+        raise _ApiError(409, f"Exec {pod.namespace}/{pod.name} kept changing")
 
     async def _mark_prepared(self, pod: _Pod) -> None:
         condition = {
@@ -568,15 +608,20 @@ class KubeletSimulation:
             "message": f"exec runs in {pod.folder}/<container>",
             "lastTransitionTime": _now(),
         }
+        # The UID makes the patch fail (422, the UID is immutable) rather than land on a newer
+        # pod of the same name, as a kubelet's status patches do: that pod's sandbox may not
+        # exist yet, and this condition is what lets kwok start it.
+        body = {"metadata": {"uid": pod.uid}, "status": {"conditions": [condition]}}
         try:
             await self._call(
                 "PATCH",
                 f"/api/v1/namespaces/{pod.namespace}/pods/{pod.name}/status",
-                body={"status": {"conditions": [condition]}},
+                body=body,
                 content_type="application/strategic-merge-patch+json",
             )
         except _ApiError as err:
-            if err.status not in (404, 409):
+            replaced = err.status == 422 and "metadata.uid" in err.body
+            if err.status not in (404, 409) and not replaced:
                 raise
 
     async def _remove(self, key: tuple[str, str], uid: str) -> None:

@@ -16,7 +16,12 @@ since (restart counts, last states, terminal phases):
   sidecar init containers (restartPolicy Always) running. Gating on the sandbox means an exec
   right after a pod turns Running always finds its target.
 * pod-delete: a pod with a deletionTimestamp is deleted at once (grace period 0), as a kubelet
-  confirms a deletion. Finalizers are left alone, as a kubelet leaves them.
+  confirms a deletion. Finalizers are left alone, as a kubelet leaves them. A pod whose grace
+  period is already 0 is left alone too: kwok deletes by name, without the pod's UID as a
+  precondition, and its own delete modifies the pod once more (grace period 0) before the pod
+  goes. Matching that event would queue a second delete, which can remove a new pod of the same
+  name created in between (a pod deleted and re-created at once, as the operator's full restart
+  does). A grace-0 pod is removed by the API server itself once its finalizers are gone.
 
 There is deliberately no stage that completes Job pods on its own: containers end only when a test
 or a signal says so (see `sandbox.py`).
@@ -233,6 +238,9 @@ spec:
     matchExpressions:
     - key: '.metadata.deletionTimestamp'
       operator: Exists
+    - key: '.metadata.deletionGracePeriodSeconds | tostring'
+      operator: NotIn
+      values: ['0']
   next:
     delete: true
 """

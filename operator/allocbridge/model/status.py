@@ -73,29 +73,26 @@ def parse_time_ns(text: str | None) -> int | None:
 
 
 def merge_patch(old: Mapping[str, Any], new: Mapping[str, Any]) -> dict[str, Any]:
-    """A top-level JSON merge patch turning status `old` into `new` (removed keys -> null).
+    """The JSON merge patch (RFC 7386) that turns `old` into `new`, at every depth.
 
-    A key is left out when applying its value to `old` would change nothing. A null nested in a
-    map deletes the key (RFC 7386), so the stored status never holds one: comparing `new`'s
-    nulls with the stored status as they are would patch the same status again on every pass,
-    and each write triggers the next pass.
+    Keys missing from `new` become nulls (deletions), nested maps are diffed rather than
+    replaced, and a null in `new` for a key `old` lacks is left out: a stored status never
+    holds nulls, so sending them would patch the same status again on every pass (and each
+    write triggers the next pass). Lists are replaced whole.
     """
     patch: dict[str, Any] = {k: None for k in old if k not in new}
-    patch.update({k: v for k, v in new.items() if _applied(old.get(k), v) != old.get(k)})
+    for key, value in new.items():
+        before = old.get(key)
+        if isinstance(value, Mapping) and isinstance(before, Mapping):
+            nested = merge_patch(before, value)
+            if nested:
+                patch[key] = nested
+        elif value is None:
+            if key in old:
+                patch[key] = None
+        elif before != value:
+            patch[key] = value
     return patch
-
-
-def _applied(target: Any, patch: Any) -> Any:
-    """RFC 7386: `target` after the merge patch `patch`."""
-    if not isinstance(patch, Mapping):
-        return patch
-    result = dict(target) if isinstance(target, Mapping) else {}
-    for key, value in patch.items():
-        if value is None:
-            result.pop(key, None)
-        else:
-            result[key] = _applied(result.get(key), value)
-    return result
 
 
 def task_event(kind: str, time_ns: int, display: str, **fields: Any) -> dict[str, Any]:
