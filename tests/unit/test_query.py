@@ -6,7 +6,6 @@ import pytest
 from multidict import MultiDict
 
 from allocbridge.api.errors import ApiError
-from allocbridge.api.goformat import go_quote, go_unicode
 from allocbridge.api.ids import InvalidUUIDError, decode_uuid_text, parse_alloc_id, parse_prefix
 from allocbridge.api.query import (
     DEFAULT_WAIT,
@@ -17,6 +16,7 @@ from allocbridge.api.query import (
     parse_stub_fields,
 )
 from allocbridge.auth import extract_token
+from allocbridge.model.goformat import go_quote, go_unicode
 
 ALLOC = "8c3d9a1f-6b1e-4d9a-9f0e-2c1b7a6d5e4f"
 

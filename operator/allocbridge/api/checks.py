@@ -14,12 +14,12 @@ from aiohttp import web
 
 from allocbridge.api.context import caller, context, synced_store
 from allocbridge.api.errors import ApiError
-from allocbridge.api.goformat import go_quote
 from allocbridge.api.ids import parse_alloc_id
 from allocbridge.api.query import parse_query
 from allocbridge.api.render import json_response, render
 from allocbridge.api.routing import ALLOC_ID, Endpoint
 from allocbridge.auth import READ_JOB
+from allocbridge.model.goformat import go_quote
 
 
 async def allocation_checks(request: web.Request) -> web.StreamResponse:

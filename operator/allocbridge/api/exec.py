@@ -46,7 +46,6 @@ from aiohttp import WSCloseCode, WSMsgType, web
 
 from allocbridge.api.context import context, synced_store
 from allocbridge.api.errors import ApiError
-from allocbridge.api.goformat import go_quote
 from allocbridge.api.ids import parse_alloc_id
 from allocbridge.api.query import go_parse_bool, parse_query
 from allocbridge.api.routing import ALLOC_ID, Endpoint
@@ -62,6 +61,7 @@ from allocbridge.cluster.podexec import (
     PodExecutor,
 )
 from allocbridge.lifecycle import Lifecycle
+from allocbridge.model.goformat import go_quote
 from allocbridge.telemetry import Metrics
 
 log = logging.getLogger(__name__)

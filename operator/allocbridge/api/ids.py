@@ -11,7 +11,7 @@ from __future__ import annotations
 from typing import Final
 
 from allocbridge.api.errors import ApiError
-from allocbridge.api.goformat import go_unicode
+from allocbridge.model.goformat import go_unicode
 
 _HEX: Final = frozenset(b"0123456789abcdefABCDEF")
 UUID_LENGTH: Final = 36

@@ -15,8 +15,8 @@ from typing import Final
 from multidict import MultiMapping
 
 from allocbridge.api.errors import ApiError
-from allocbridge.api.goformat import go_quote
 from allocbridge.model.durations import DurationError, parse_go_duration
+from allocbridge.model.goformat import go_quote
 
 #: Nomad's `DefaultBlockingRPCQueryTime` and `MaxBlockingRPCQueryTime`, in seconds.
 DEFAULT_WAIT: Final = 300.0

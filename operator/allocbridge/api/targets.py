@@ -10,9 +10,9 @@ from aiohttp import web
 from allocbridge.actions.lifecycle import Actions, Target
 from allocbridge.api.context import caller, context, synced_store
 from allocbridge.api.errors import ApiError
-from allocbridge.api.goformat import go_quote
 from allocbridge.api.ids import parse_alloc_id
 from allocbridge.auth import Capability
+from allocbridge.model.goformat import go_quote
 from allocbridge.store import StoredAllocation
 
 

@@ -51,6 +51,8 @@ from dataclasses import dataclass, field
 from functools import lru_cache
 from typing import Any, Final, TypeAlias
 
+from allocbridge.model.goformat import go_quote
+
 __all__ = [
     "MAX_NESTING",
     "NOMAD_ALLOCATION_SHAPE",
@@ -269,42 +271,6 @@ def _shape_index(shape: DatumShape) -> _ShapeIndex:
 # --------------------------------------------------------------------------------------------
 # Go text helpers: quoting, unquoting and strconv number parsing.
 
-_GO_ESCAPES: Final = {
-    "\a": "\\a",
-    "\b": "\\b",
-    "\f": "\\f",
-    "\n": "\\n",
-    "\r": "\\r",
-    "\t": "\\t",
-    "\v": "\\v",
-    "\\": "\\\\",
-    '"': '\\"',
-}
-
-
-def _go_quote(text: str) -> str:
-    """Go's `strconv.Quote` (also `%q` and `%#v` of a string), used in every message."""
-    out = ['"']
-    for char in text:
-        escaped = _GO_ESCAPES.get(char)
-        if escaped is not None:
-            out.append(escaped)
-        elif char.isprintable():
-            out.append(char)
-        else:
-            code = ord(char)
-            if code < 0x80:
-                out.append(f"\\x{code:02x}")
-            elif 0xD800 <= code <= 0xDFFF:
-                out.append("\\ufffd")
-            elif code < 0x10000:
-                out.append(f"\\u{code:04x}")
-            else:
-                out.append(f"\\U{code:08x}")
-    out.append('"')
-    return "".join(out)
-
-
 _UNQUOTE_SIMPLE: Final = {
     "a": "\a",
     "b": "\b",
@@ -386,7 +352,7 @@ class _NumError(Exception):
 
     def __init__(self, function: str, text: str, syntax: bool) -> None:
         reason = "invalid syntax" if syntax else "value out of range"
-        self.message = f"strconv.{function}: parsing {_go_quote(text)}: {reason}"
+        self.message = f"strconv.{function}: parsing {go_quote(text)}: {reason}"
         self.syntax = syntax
         super().__init__(self.message)
 
@@ -663,7 +629,7 @@ def _position(text: str, index: int) -> tuple[int, int, int]:
 
 @lru_cache(maxsize=64)
 def _quoted_want(literal: str) -> str:
-    return _go_quote(literal)
+    return go_quote(literal)
 
 
 def _list_join(items: list[str]) -> str:
@@ -1591,7 +1557,7 @@ def _slice_index(pointer: str, part_index: int, part: str, length: int) -> int:
         index = _parse_int(part or "0")
     except _NumError:
         raise _resolution_error(
-            pointer, part_index, f"couldn't convert value {_go_quote(part)} to type int"
+            pointer, part_index, f"couldn't convert value {go_quote(part)} to type int"
         ) from None
     if not 0 <= index < length:
         raise _resolution_error(
@@ -1615,7 +1581,7 @@ def _walk(root: Any, path: tuple[str, ...], hints: tuple[int, ...], pointer: str
                 raise _resolution_error(
                     pointer,
                     part_index,
-                    f"couldn't find key: struct field with name {_go_quote(part)}",
+                    f"couldn't find key: struct field with name {go_quote(part)}",
                 )
         elif isinstance(current, list | tuple):
             current = current[_slice_index(pointer, part_index, part, len(current))]
@@ -1631,7 +1597,7 @@ def _walk(root: Any, path: tuple[str, ...], hints: tuple[int, ...], pointer: str
         # A key missing from a map (possibly a nil one): "not present" only at the leaf.
         if part_index == last and last > 0:
             return _MISSING
-        raise _resolution_error(pointer, part_index, f"couldn't find key {_go_quote(part)}")
+        raise _resolution_error(pointer, part_index, f"couldn't find key {go_quote(part)}")
     return current
 
 
@@ -1754,7 +1720,7 @@ def _regex_matches(pattern: re.Pattern[str] | str, raw: str, value: Any, hint: i
         raise FilterEvaluationError(f"value of type {type_name} is not convertible to []byte")
     if isinstance(pattern, str):
         raise FilterEvaluationError(
-            f"failed to compile regular expression {_go_quote(raw)}: {pattern}"
+            f"failed to compile regular expression {go_quote(raw)}: {pattern}"
         )
     return pattern.search(value) is not None
 
@@ -1876,7 +1842,7 @@ class _Compiler:
 
     def _match(self, node: _Match, scope: frozenset[str]) -> _Test:
         operator = node.operator
-        selector = _go_quote(node.selector.text)
+        selector = go_quote(node.selector.text)
         absent = _NOT_PRESENT[operator]
         negate = operator.startswith("not ") or operator in ("!=", "is not empty", "is not nil")
         literal = _Literal(node.raw if node.raw is not None else "")
@@ -1983,7 +1949,7 @@ class _Compiler:
             for key in keys:
                 if duplicate:
                     raise FilterEvaluationError(
-                        f"{_go_quote(index_name or '')} cannot be used as a placeholder "
+                        f"{go_quote(index_name or '')} cannot be used as a placeholder "
                         "for both the index and the value"
                     )
                 if body(root, bindings(key, frame)) != want_all:
