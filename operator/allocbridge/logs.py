@@ -13,6 +13,8 @@ import sys
 import time
 
 _STANDARD = set(logging.makeLogRecord({}).__dict__) | {"message", "asctime", "taskName"}
+# Kopf attaches its whole OperatorSettings to each record of its object loggers (~1 KB of text).
+_NOISE = frozenset({"settings"})
 _LEVELS = {
     "trace": 5,
     "debug": logging.DEBUG,
@@ -25,7 +27,9 @@ _LEVELS = {
 
 def _extras(record: logging.LogRecord) -> dict[str, object]:
     items = record.__dict__.items()
-    return {k: v for k, v in items if k not in _STANDARD and not k.startswith("_")}
+    return {
+        k: v for k, v in items if k not in _STANDARD and k not in _NOISE and not k.startswith("_")
+    }
 
 
 class JsonFormatter(logging.Formatter):
