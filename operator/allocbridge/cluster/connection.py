@@ -7,6 +7,7 @@ our own calls and a `kopf.ConnectionInfo` for Kopf's login.
 
 from __future__ import annotations
 
+import datetime
 import os
 from dataclasses import dataclass
 from pathlib import Path
@@ -14,6 +15,7 @@ from pathlib import Path
 import kopf
 from kubernetes_asyncio import client, config
 from kubernetes_asyncio.config import ConfigException
+from kubernetes_asyncio.config.incluster_config import SERVICE_TOKEN_FILENAME
 
 from allocbridge.config import KubernetesSettings
 
@@ -28,6 +30,16 @@ class Credentials:
     certificate_path: str | None = None
     private_key_path: str | None = None
     token: str | None = None
+    token_file: str | None = None  # in a pod: the ServiceAccount token, which the kubelet rotates
+
+    def current_token(self) -> str | None:
+        """The token to send now: re-read from `token_file` each time, so rotation is seen."""
+        if self.token_file:
+            try:
+                return Path(self.token_file).read_text().strip() or self.token
+            except OSError:
+                return self.token
+        return self.token
 
     def configuration(self) -> client.Configuration:
         cfg = client.Configuration(host=self.server)
@@ -35,24 +47,40 @@ class Credentials:
         cfg.verify_ssl = not self.insecure
         cfg.cert_file = self.certificate_path
         cfg.key_file = self.private_key_path
-        if self.token:
-            cfg.api_key = {"BearerToken": self.token}
+        token = self.current_token()
+        if token:
+            cfg.api_key = {"BearerToken": token}
             cfg.api_key_prefix = {"BearerToken": "Bearer"}
+        if self.token_file:
+            cfg.refresh_api_key_hook = self._refresh
         return cfg
+
+    def _refresh(self, cfg: client.Configuration) -> None:
+        token = self.current_token()
+        if token:
+            cfg.api_key = {"BearerToken": token}
 
     def api_client(self) -> client.ApiClient:
         """A new client bound to the calling event loop; close it when done."""
         return client.ApiClient(configuration=self.configuration())
 
     def kopf_connection(self) -> kopf.ConnectionInfo:
+        """Kopf's login; with a rotating token it expires so that Kopf logs in again."""
+        expiration = None
+        if self.token_file:
+            expiration = datetime.datetime.now(datetime.UTC) + TOKEN_RELOAD
         return kopf.ConnectionInfo(
             server=self.server,
             ca_path=self.ca_path,
             insecure=self.insecure,
             certificate_path=self.certificate_path,
             private_key_path=self.private_key_path,
-            token=self.token,
+            token=self.current_token(),
+            expiration=expiration,
         )
+
+
+TOKEN_RELOAD = datetime.timedelta(minutes=5)  # how long Kopf keeps a rotating token
 
 
 class CredentialsError(Exception):
@@ -62,6 +90,7 @@ class CredentialsError(Exception):
 async def load_credentials(settings: KubernetesSettings) -> Credentials:
     """The kubeconfig named in the settings, else $KUBECONFIG or ~/.kube/config, else in-cluster."""
     cfg = client.Configuration()
+    token_file: str | None = None
     kubeconfig = settings.kubeconfig or os.environ.get("KUBECONFIG")
     default = Path.home() / ".kube" / "config"
     try:
@@ -74,6 +103,7 @@ async def load_credentials(settings: KubernetesSettings) -> Credentials:
             )
         else:
             config.load_incluster_config(client_configuration=cfg)  # type: ignore[no-untyped-call]
+            token_file = SERVICE_TOKEN_FILENAME
     except (ConfigException, OSError) as exc:
         raise CredentialsError(f"cannot load Kubernetes credentials: {exc}") from exc
     if not cfg.host:
@@ -89,4 +119,5 @@ async def load_credentials(settings: KubernetesSettings) -> Credentials:
         certificate_path=cfg.cert_file,
         private_key_path=cfg.key_file,
         token=token,
+        token_file=token_file,
     )
