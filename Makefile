@@ -28,9 +28,10 @@ controlplane:
 	@controlplane/build.sh $(CONTROLPLANE_BIN)
 
 lint: $(BIN)/.installed
-	$(BIN)/ruff check operator tests
-	$(BIN)/ruff format --check operator tests
+	$(BIN)/ruff check operator tests benchmarks
+	$(BIN)/ruff format --check operator tests benchmarks
 	$(BIN)/mypy
+	$(BIN)/mypy benchmarks
 	$(BIN)/lint-imports
 
 test: $(BIN)/.installed controlplane lint

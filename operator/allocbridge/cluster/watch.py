@@ -3,6 +3,12 @@
 Yields a `Listed` snapshot first (and again whenever the API server says the resourceVersion
 is too old, HTTP 410), then `Changed` events and bookmarks. Network errors are retried with
 back-off from the last resourceVersion seen; callers see an unbroken stream.
+
+Objects come without `metadata.managedFields`: nothing here reads that server-side-apply
+bookkeeping, and it is about half of a parsed Allocation (6 of 13 KB), which a store of 10,000
+keeps for as long as they exist. The snapshot is listed in pages of `LIST_PAGE` objects (one
+consistent snapshot through the continue token), so the bookkeeping of only one page is in
+memory at a time instead of that of every object at once.
 """
 
 from __future__ import annotations
@@ -22,6 +28,7 @@ log = logging.getLogger(__name__)
 
 Json = dict[str, Any]
 BACKOFF = (0.2, 0.5, 1.0, 2.0, 5.0)
+LIST_PAGE = 500
 
 
 @dataclass(frozen=True)
@@ -57,12 +64,7 @@ async def watch(
     while True:
         try:
             if resource_version is None:
-                body = await raw_json(list_call(**params, _preload_content=False))
-                resource_version = body["metadata"]["resourceVersion"]
-                items = body.get("items", [])
-                kind = body.get("kind", "").removesuffix("List")
-                for item in items:  # list items carry no kind; watch events do
-                    item.setdefault("kind", kind)
+                items, resource_version = await _list(list_call, params)
                 yield Listed(items, int(resource_version))
                 failures = 0
             async for event in _stream(list_call, resource_version, params):
@@ -83,6 +85,34 @@ async def watch(
             delay = BACKOFF[min(failures, len(BACKOFF)) - 1]
             log.debug("watch interrupted; resuming", extra={"error": repr(exc), "delay": delay})
             await asyncio.sleep(delay)
+
+
+async def _list(list_call: ListCall, params: dict[str, Any]) -> tuple[list[Json], str]:
+    """Every object, page by page, and the resourceVersion of the snapshot."""
+    items: list[Json] = []
+    token = ""
+    while True:
+        paging: dict[str, Any] = {"limit": LIST_PAGE}
+        if token:
+            paging["_continue"] = token
+        body = await raw_json(list_call(**params, **paging, _preload_content=False))
+        kind = body.get("kind", "").removesuffix("List")
+        for item in body.get("items", []):
+            item.setdefault("kind", kind)  # list items carry no kind; watch events do
+            _lean(item)
+            items.append(item)
+        metadata = body.get("metadata") or {}
+        token = metadata.get("continue") or ""
+        if not token:
+            return items, str(metadata["resourceVersion"])
+
+
+def _lean(obj: Json) -> Json:
+    """The object without `metadata.managedFields` (see the module's docstring)."""
+    metadata = obj.get("metadata")
+    if isinstance(metadata, dict):
+        metadata.pop("managedFields", None)
+    return obj
 
 
 async def _stream(
@@ -113,4 +143,4 @@ async def _stream(
                 if obj.get("code") == 410:
                     raise ExpiredError()
                 raise RuntimeError(f"watch error: {obj.get('message', obj)}")
-            yield Changed(kind, obj, int(obj["metadata"]["resourceVersion"]))
+            yield Changed(kind, _lean(obj), int(obj["metadata"]["resourceVersion"]))

@@ -1,0 +1,137 @@
+"""Exec: stdout throughput of `head -c <size> /dev/zero` in a running task.
+
+allocbridge: Nomad's exec WebSocket (`/v1/client/allocation/:id/exec`). Peer: the built
+`kubectl exec` of the same command in the same container through the same API server, its
+stdout read from a pipe and counted. Both paths end at kwok, which runs the command in the
+pod's sandbox folder on this machine as an unprivileged user.
+
+The client shares the two cores with the server, and Nomad's protocol carries output as base64
+in JSON, which CPython decodes at about 200 MB/s here (Go, i.e. the `nomad` CLI: over 1 GB/s),
+so allocbridge is read by two clients:
+
+- lean: every frame is checked (a stdout data frame in the form allocbridge sends, else parsed
+  as JSON) and its decoded size counted from the base64 length, as a fast client's cost;
+- full: every frame parsed with `json.loads` and every stdout chunk base64-decoded, what a
+  Python client pays.
+
+Runs alternate (lean, kubectl, full, lean, ...); each figure is the median. The time covers the
+whole session: connect, the command's run, and the exit status.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import binascii
+import json
+import subprocess
+import time
+import urllib.parse
+from dataclasses import dataclass
+from typing import Final
+
+from benchmarks.harness import Bench, BenchError, OperatorProcess, log
+from benchmarks.table import Row, mb, median, share_of
+
+SECTION: Final = "Exec"
+SHARE_GOAL: Final = 0.8
+READ_CHUNK: Final = 1 << 20
+
+
+@dataclass(frozen=True)
+class ExecTarget:
+    namespace: str
+    pod: str
+    alloc_id: str
+    task: str = "main"
+
+
+def command(size: int) -> list[str]:
+    return ["head", "-c", str(size), "/dev/zero"]
+
+
+STDOUT_DATA: Final = '{"stdout":{"data":"'
+
+
+def decoded_size(b64: str) -> int:
+    """Bytes that a base64 text decodes to, from its length and padding."""
+    return len(b64) * 3 // 4 - b64.count("=", len(b64) - 2)
+
+
+async def through_allocbridge(
+    bench: Bench, replica: OperatorProcess, target: ExecTarget, size: int, *, decode: bool
+) -> float:
+    """Seconds for one session; checks that exactly `size` bytes arrived and the exit was 0."""
+    query = urllib.parse.urlencode(
+        {"task": target.task, "tty": "false", "command": json.dumps(command(size))}
+    )
+    url = f"{replica.api}/v1/client/allocation/{target.alloc_id}/exec?{query}"
+    received = 0
+    exit_code = None
+    began = time.perf_counter()
+    async with bench.http.ws_connect(url, max_msg_size=0) as ws:
+        async for message in ws:
+            text: str = message.data
+            if not decode and text.startswith(STDOUT_DATA) and text.endswith('"}}'):
+                received += decoded_size(text[len(STDOUT_DATA) : -3])
+                continue
+            frame = json.loads(text)
+            stdout = frame.get("stdout")
+            if stdout and stdout.get("data"):
+                received += len(binascii.a2b_base64(stdout["data"]))
+            if frame.get("exited"):
+                exit_code = frame["result"].get("exit_code", 0)
+                break
+    seconds = time.perf_counter() - began
+    if received != size or exit_code != 0:
+        raise BenchError(f"allocbridge exec: {received} of {size} bytes, exit code {exit_code}")
+    return seconds
+
+
+def through_kubectl(bench: Bench, target: ExecTarget, size: int) -> float:
+    argv = bench.kubectl_argv(
+        "exec", "-n", target.namespace, target.pod, "-c", target.task, "--", *command(size)
+    )
+    began = time.perf_counter()
+    process = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    assert process.stdout is not None
+    received = 0
+    while chunk := process.stdout.read(READ_CHUNK):
+        received += len(chunk)
+    _, stderr = process.communicate()
+    seconds = time.perf_counter() - began
+    if received != size or process.returncode != 0:
+        raise BenchError(f"kubectl exec: {received} of {size} bytes, {stderr[:300]!r}")
+    return seconds
+
+
+async def measure(
+    bench: Bench, replica: OperatorProcess, target: ExecTarget, size: int, runs: int
+) -> list[Row]:
+    lean: list[float] = []
+    full: list[float] = []
+    peers: list[float] = []
+    for run in range(runs):
+        log(f"exec: run {run + 1}/{runs}, {size / 2**20:.0f} MiB each way")
+        lean.append(await through_allocbridge(bench, replica, target, size, decode=False))
+        peers.append(await asyncio.to_thread(through_kubectl, bench, target, size))
+        full.append(await through_allocbridge(bench, replica, target, size, decode=True))
+    peer = mb(size) / median(peers)
+    rows = []
+    for name, seconds, note in (
+        ("lean client", lean, "frames checked, decoded sizes counted"),
+        ("Python client", full, "json.loads + base64 decode of every frame"),
+    ):
+        rows.append(
+            Row(
+                SECTION,
+                f"stdout throughput, {size / 2**20:.0f} MiB, {name}",
+                mb(size) / median(seconds),
+                "MB/s",
+                "kubectl exec, same command, same API server",
+                peer,
+                better="higher",
+                goals=(share_of(SHARE_GOAL),),
+                note=f"medians of {runs}: {median(seconds):.2f} s vs {median(peers):.2f} s; {note}",
+            )
+        )
+    return rows

@@ -1,0 +1,205 @@
+"""Paging: every allocation walked with `per_page=100` (following `X-Nomad-NextToken`).
+
+The goal compares the whole walk with one unpaged list of the same allocations on the same
+replica, measured with the same client, interleaved with the walks. A walk is 100 round trips
+where the unpaged list is one, so the client's own cost per request weighs 100 times: the walk
+is measured twice, with a lean keep-alive HTTP/1.1 client (a few lines of asyncio, about what a
+Go client costs per request) and with aiohttp's client (about 0.3 ms of Python per request on
+this machine). The API server's own paging (`limit=100` and `continue`) over the same objects is
+the other peer; its token is read from the tail of each page without decoding the page.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import time
+from dataclasses import dataclass
+from typing import Any, Final
+
+from kubernetes_asyncio import client
+
+from benchmarks.harness import Bench, BenchError, OperatorProcess, log
+from benchmarks.listing import admin_client, ours
+from benchmarks.table import Goal, Row, median
+
+SECTION: Final = "Paging"
+WALK_GOAL: Final = 2.0
+
+
+@dataclass(frozen=True)
+class PagingOptions:
+    per_page: int
+    walks: int
+
+
+class LeanClient:
+    """One keep-alive HTTP/1.1 connection: GET, read the headers and a Content-Length body."""
+
+    def __init__(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        self.reader = reader
+        self.writer = writer
+
+    @classmethod
+    async def connect(cls, port: int) -> LeanClient:
+        reader, writer = await asyncio.open_connection("127.0.0.1", port, limit=1 << 20)
+        return cls(reader, writer)
+
+    async def get(self, target: str, token: str) -> tuple[dict[str, str], bytes]:
+        self.writer.write(
+            f"GET {target} HTTP/1.1\r\nHost: 127.0.0.1\r\nX-Nomad-Token: {token}\r\n\r\n".encode()
+        )
+        head = await self.reader.readuntil(b"\r\n\r\n")
+        lines = head.decode("latin-1").split("\r\n")
+        if not lines[0].startswith("HTTP/1.1 200"):
+            raise BenchError(f"GET {target}: {lines[0]}")
+        headers = {}
+        for line in lines[1:]:
+            name, _, value = line.partition(":")
+            headers[name.strip().lower()] = value.strip()
+        body = await self.reader.readexactly(int(headers["content-length"]))
+        return headers, body
+
+    async def close(self) -> None:
+        self.writer.close()
+        with contextlib.suppress(OSError):
+            await self.writer.wait_closed()
+
+
+def _target(per_page: int, token: str) -> str:
+    query = f"namespace=*&task_states=false&per_page={per_page}"
+    return "/v1/allocations?" + query + (f"&next_token={token}" if token else "")
+
+
+async def walk_lean(client: LeanClient, per_page: int, auth: str) -> tuple[float, int]:
+    """(seconds, allocations seen) for one walk on the lean client."""
+    token, seen = "", 0
+    began = time.perf_counter()
+    for _ in range(1_000_000):
+        headers, body = await client.get(_target(per_page, token), auth)
+        seen += body.count(b'"ID":')
+        token = headers.get("x-nomad-nexttoken", "")
+        if not token:
+            return time.perf_counter() - began, seen
+    raise BenchError("paging never ended")
+
+
+async def walk_ours(bench: Bench, replica: OperatorProcess, per_page: int) -> tuple[float, int]:
+    """(seconds, allocations seen) for one walk through every page."""
+    base = f"{replica.api}/v1/allocations?namespace=*&task_states=false&per_page={per_page}"
+    token, seen, pages = "", 0, 0
+    began = time.perf_counter()
+    while True:
+        url = base + (f"&next_token={token}" if token else "")
+        async with bench.http.get(url) as response:
+            body = await response.read()
+            if response.status != 200:
+                raise BenchError(f"GET {url}: {response.status}")
+            token = response.headers.get("X-Nomad-NextToken", "")
+        seen += body.count(b'"ID":')
+        pages += 1
+        if not token:
+            return time.perf_counter() - began, seen
+        if pages > 1_000_000:
+            raise BenchError("paging never ended")
+
+
+async def walk_kube(api: client.ApiClient, per_page: int) -> float:
+    custom: Any = client.CustomObjectsApi(api)
+    token = ""
+    began = time.perf_counter()
+    while True:
+        params: dict[str, Any] = {"limit": per_page}
+        if token:
+            params["_continue"] = token
+        response = await custom.list_cluster_custom_object(
+            "allocbridge.io", "v1", "allocations", _preload_content=False, **params
+        )
+        async with response:
+            body = await response.read()
+        token = _continue_token(body)
+        if not token:
+            return time.perf_counter() - began
+
+
+def _continue_token(body: bytes) -> str:
+    """`metadata.continue`, which the API server writes after `items`, near the end."""
+    tail = body[-4096:]
+    marker = b'"continue":"'
+    at = tail.rfind(marker)
+    if at < 0:
+        return ""
+    start = at + len(marker)
+    return tail[start : tail.index(b'"', start)].decode()
+
+
+async def measure(
+    bench: Bench, replica: OperatorProcess, count: int, options: PagingOptions
+) -> list[Row]:
+    lean = await LeanClient.connect(replica.api_port)
+    auth = bench.client_token
+    unpaged_target = "/v1/allocations?namespace=*&task_states=false"
+    try:
+        samples: dict[str, list[float]] = {"lean": [], "lean-1": [], "aiohttp": [], "aiohttp-1": []}
+        unpaged = ours(bench, replica)
+        await unpaged()
+        await lean.get(unpaged_target, auth)
+        for walk in range(options.walks):
+            log(f"paging: walk {walk + 1}/{options.walks}")
+            for name, result in (
+                ("lean", await walk_lean(lean, options.per_page, auth)),
+                ("aiohttp", await walk_ours(bench, replica, options.per_page)),
+            ):
+                if result[1] != count:
+                    raise BenchError(f"the walk saw {result[1]} allocations, not {count}")
+                samples[name].append(result[0])
+            began = time.perf_counter()
+            await lean.get(unpaged_target, auth)
+            samples["lean-1"].append(time.perf_counter() - began)
+            began = time.perf_counter()
+            await unpaged()
+            samples["aiohttp-1"].append(time.perf_counter() - began)
+    finally:
+        await lean.close()
+    api = await admin_client(bench)
+    try:
+        kube_walks = []
+        for walk in range(options.walks):
+            log(f"paging: API server walk {walk + 1}/{options.walks}")
+            kube_walks.append(await walk_kube(api, options.per_page))
+    finally:
+        await api.close()
+    pages = -(-count // options.per_page)
+    goal = Goal("ratio", "<=", WALK_GOAL, f"≤ {WALK_GOAL:g}x one unpaged list")
+    ms = {name: median(values) * 1000 for name, values in samples.items()}
+    return [
+        Row(
+            SECTION,
+            f"walk {count:,} with per_page={options.per_page} ({pages} requests), lean client",
+            ms["lean"],
+            "ms",
+            "one unpaged list, same client",
+            ms["lean-1"],
+            goals=(goal,),
+            note=f"medians of {options.walks}; keep-alive HTTP/1.1 in a few lines of asyncio",
+        ),
+        Row(
+            SECTION,
+            "same walk, aiohttp client",
+            ms["aiohttp"],
+            "ms",
+            "one unpaged list, same client",
+            ms["aiohttp-1"],
+            goals=(goal,),
+            note=f"medians of {options.walks}",
+        ),
+        Row(
+            SECTION,
+            "same walk (lean client) vs the API server's paging",
+            ms["lean"],
+            "ms",
+            f"API server limit={options.per_page} + continue",
+            median(kube_walks) * 1000,
+            note=f"medians of {options.walks}; raw kubernetes_asyncio",
+        ),
+    ]

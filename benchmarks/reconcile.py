@@ -1,0 +1,171 @@
+"""Reconciliation: N Allocations applied at once until all report `running`, against a ReplicaSet.
+
+allocbridge: N Allocations created by 48 concurrent clients (as fast as the API server takes
+them); the clock runs from the first create until every Allocation's status says
+`clientStatus: running`, seen through a watch. A real operator (standalone, ServiceAccount
+token) reconciles them: a pod each, scheduled by kube-scheduler onto the kwok node, run by kwok
+and the kubelet simulation, and the pod's state written back as task states.
+
+Peer: one ReplicaSet of N pods of the same container in the same control plane, from its create
+until its status reports N ready replicas (the ReplicaSet controller's own report), also seen
+through a watch. The peer runs first; each run's objects are deleted and gone before the next
+step.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Awaitable, Callable
+from typing import Final
+
+from benchmarks.harness import Bench, BenchError, Json, gather_limited, log
+from benchmarks.population import allocation, collection, job_of
+from benchmarks.table import Row, within
+
+SECTION: Final = "Reconciliation"
+RATIO_GOAL: Final = 1.5
+TIMEOUT: Final = 600.0
+RS_NAMESPACE: Final = "bench-rs"
+
+
+def replica_set(count: int) -> Json:
+    labels = {"app": "bench-rs"}
+    return {
+        "apiVersion": "apps/v1",
+        "kind": "ReplicaSet",
+        "metadata": {"name": "bench-rs", "labels": labels},
+        "spec": {
+            "replicas": count,
+            "selector": {"matchLabels": labels},
+            "template": {
+                "metadata": {"labels": labels},
+                "spec": {
+                    "containers": [
+                        {
+                            "name": "main",
+                            "image": "busybox:1.36",
+                            "ports": [{"containerPort": 8080, "name": "http"}],
+                            "resources": {
+                                "requests": {"cpu": "10m", "memory": "16Mi"},
+                                "limits": {"memory": "16Mi"},
+                            },
+                        }
+                    ]
+                },
+            },
+        },
+    }
+
+
+async def watch_until(
+    bench: Bench, path: str, done: Callable[[dict[str, Json]], bool], ready: asyncio.Event
+) -> float:
+    """Follow the objects at `path` (list, then watch; list again if the API server ends the
+    watch) until `done(objects by name)`; returns the `perf_counter` time of the list or event
+    that made it true. Sets `ready` once the first list is in."""
+    while True:
+        listed = await bench.api.get(path)
+        objects = {item["metadata"]["name"]: item for item in listed.get("items") or []}
+        ready.set()
+        if done(objects):
+            return time.perf_counter()
+        async for event in bench.api.watch(path, listed["metadata"]["resourceVersion"]):
+            obj = event["object"]
+            if event["type"] == "DELETED":
+                objects.pop(obj["metadata"]["name"], None)
+            elif event["type"] in ("ADDED", "MODIFIED"):
+                objects[obj["metadata"]["name"]] = obj
+            elif event["type"] == "ERROR":
+                break
+            if done(objects):
+                return time.perf_counter()
+        log(f"reconcile: the watch of {path} ended; listing again")
+
+
+async def _timed(
+    bench: Bench,
+    path: str,
+    done: Callable[[dict[str, Json]], bool],
+    start: Callable[[], Awaitable[None]],
+) -> tuple[float, float]:
+    """(seconds until done, seconds `start` itself took)."""
+    ready = asyncio.Event()
+    watcher = asyncio.create_task(watch_until(bench, path, done, ready))
+    await ready.wait()
+    began = time.perf_counter()
+    await start()
+    issued = time.perf_counter() - began
+    try:
+        async with asyncio.timeout(TIMEOUT):
+            finished = await watcher
+    except TimeoutError:
+        raise BenchError(f"not done within {TIMEOUT:.0f}s: {path}") from None
+    return finished - began, issued
+
+
+def _running(count: int) -> Callable[[dict[str, Json]], bool]:
+    def done(objects: dict[str, Json]) -> bool:
+        running = sum(
+            1 for o in objects.values() if (o.get("status") or {}).get("clientStatus") == "running"
+        )
+        return running >= count
+
+    return done
+
+
+def _ready_replicas(count: int) -> Callable[[dict[str, Json]], bool]:
+    def done(objects: dict[str, Json]) -> bool:
+        return any(
+            (o.get("status") or {}).get("readyReplicas", 0) >= count for o in objects.values()
+        )
+
+    return done
+
+
+async def measure(bench: Bench, namespace: str, count: int) -> list[Row]:
+    await bench.ensure_namespace(RS_NAMESPACE)
+    await bench.ensure_namespace(namespace)
+    pods_rs = f"/api/v1/namespaces/{RS_NAMESPACE}/pods"
+    pods_allocs = f"/api/v1/namespaces/{namespace}/pods"
+
+    log(f"reconcile: a ReplicaSet of {count} pods")
+    rs_path = f"/apis/apps/v1/namespaces/{RS_NAMESPACE}/replicasets"
+
+    async def create_rs() -> None:
+        await bench.api.post(rs_path, replica_set(count))
+
+    rs_seconds, _ = await _timed(bench, rs_path, _ready_replicas(count), create_rs)
+    log(f"reconcile: ReplicaSet ready in {rs_seconds:.1f}s; deleting it")
+    await bench.api.delete(f"{rs_path}/bench-rs", {"propagationPolicy": "Background"})
+    await bench.api.wait_gone(pods_rs, patience=TIMEOUT)
+
+    log(f"reconcile: {count} Allocations")
+    path = collection(namespace)
+
+    async def create_allocations() -> None:
+        async def one(i: int) -> None:
+            await bench.api.post(path, allocation(f"rec-{i:05d}", namespace, job_of(i)))
+
+        await gather_limited(count, one)
+
+    seconds, issued = await _timed(bench, path, _running(count), create_allocations)
+    log(f"reconcile: all running in {seconds:.1f}s; deleting them")
+    await bench.api.request("DELETE", path, ok=(200,))
+    await bench.api.wait_gone(path, patience=TIMEOUT)
+    # The garbage collector notices a new CRD's objects only at its next discovery (up to
+    # 30 s): delete the orphaned pods directly rather than wait for it.
+    await bench.api.request("DELETE", pods_allocs, ok=(200,))
+    await bench.api.wait_gone(pods_allocs, patience=TIMEOUT)
+    return [
+        Row(
+            SECTION,
+            f"{count:,} Allocations created at once until all running",
+            seconds,
+            "s",
+            f"ReplicaSet of {count:,} pods until {count:,} ready",
+            rs_seconds,
+            goals=(within(RATIO_GOAL),),
+            note=f"creating the {count:,} objects took {issued:.1f} s of it",
+        )
+    ]
