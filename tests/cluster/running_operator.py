@@ -163,3 +163,33 @@ def service_account_kubeconfig(kubectl: Any, kubeconfig: Path, path: Path) -> Pa
     cluster = admin["clusters"][0]["cluster"]
     ca = base64.b64decode(cluster["certificate-authority-data"])
     return write_token_kubeconfig(path, cluster["server"], ca, token)
+
+
+#: A restart policy that keeps tests quick: one attempt, one-second delay.
+FAST_RESTARTS: dict[str, Any] = {"attempts": 1, "interval": "10m", "delay": "1s", "mode": "fail"}
+
+
+def allocation_manifest(
+    name: str,
+    namespace: str,
+    *,
+    job_type: str = "service",
+    restart: dict[str, Any] | None = None,
+    group: dict[str, Any] | None = None,
+    tasks: list[dict[str, Any]] | None = None,
+) -> dict[str, Any]:
+    """An Allocation with one docker task `main` unless `tasks` says otherwise."""
+    task_group: dict[str, Any] = {"name": "g", **(group or {})}
+    if restart:
+        task_group["restartPolicy"] = restart
+    return {
+        "apiVersion": "allocbridge.io/v1",
+        "kind": "Allocation",
+        "metadata": {"name": name, "namespace": namespace},
+        "spec": {
+            "job": {"id": name, "type": job_type},
+            "taskGroup": task_group,
+            "tasks": tasks
+            or [{"name": "main", "driver": "docker", "config": {"image": "busybox"}}],
+        },
+    }

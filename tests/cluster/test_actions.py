@@ -12,11 +12,9 @@ import time
 from typing import Any
 
 import pytest
-from running_operator import Operator, eventually, http
+from running_operator import FAST_RESTARTS, Operator, allocation_manifest, eventually, http
 
 pytestmark = pytest.mark.cluster
-
-FAST_RESTARTS = {"attempts": 1, "interval": "10m", "delay": "1s", "mode": "fail"}
 
 
 def manifest(
@@ -26,16 +24,7 @@ def manifest(
     tasks: list[dict[str, Any]] | None = None,
     group: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
-    return {
-        "apiVersion": "allocbridge.io/v1",
-        "kind": "Allocation",
-        "metadata": {"name": name, "namespace": namespace},
-        "spec": {
-            "job": {"id": name},
-            "taskGroup": {"name": "g", "restartPolicy": FAST_RESTARTS, **(group or {})},
-            "tasks": tasks or [{"name": "main", "driver": "docker", "config": {"image": "x"}}],
-        },
-    }
+    return allocation_manifest(name, namespace, restart=FAST_RESTARTS, group=group, tasks=tasks)
 
 
 def status(kubectl: Any, namespace: str, name: str) -> dict[str, Any]:

@@ -30,8 +30,10 @@ from typing import Any
 
 import pytest
 from running_operator import (
+    FAST_RESTARTS,
     REPO,
     Operator,
+    allocation_manifest,
     eventually,
     http,
     install,
@@ -42,7 +44,6 @@ pytestmark = pytest.mark.cluster
 
 GO_MODULE = REPO / "tests" / "goclient"
 NODE_NAME = "node-1"  # tests/conftest.py's node
-FAST_RESTARTS = {"attempts": 1, "interval": "10m", "delay": "1s", "mode": "fail"}
 FIRST_BUILD_TIMEOUT = 1200.0  # download and compile on a fresh machine (measured: see README)
 STEP_TIMEOUT = 600.0
 
@@ -115,16 +116,7 @@ def manifest(
     tasks: list[dict[str, Any]] | None = None,
     group: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
-    return {
-        "apiVersion": "allocbridge.io/v1",
-        "kind": "Allocation",
-        "metadata": {"name": name, "namespace": namespace},
-        "spec": {
-            "job": {"id": name, "type": "service"},
-            "taskGroup": {"name": "g", "restartPolicy": FAST_RESTARTS, **(group or {})},
-            "tasks": tasks or [{"name": "main", "driver": "docker", "config": {"image": "x"}}],
-        },
-    }
+    return allocation_manifest(name, namespace, restart=FAST_RESTARTS, group=group, tasks=tasks)
 
 
 ADMIN_SERVICE = {

@@ -27,27 +27,17 @@ from typing import Any
 import nomad
 import pytest
 from nomad.api import exceptions
-from running_operator import Operator, eventually, http
+from running_operator import FAST_RESTARTS, Operator, allocation_manifest, eventually, http
 
 pytestmark = pytest.mark.cluster
 
 UNKNOWN = "0f0f0f0f-0000-4000-8000-000000000000"
-FAST_RESTARTS = {"attempts": 1, "interval": "10m", "delay": "1s", "mode": "fail"}
 READ = ("pa", "pb", "pc")  # allocations nothing changes
 ACT = ("psig", "prst", "pstop")
 
 
 def manifest(name: str, namespace: str, group: dict[str, Any] | None = None) -> dict[str, Any]:
-    return {
-        "apiVersion": "allocbridge.io/v1",
-        "kind": "Allocation",
-        "metadata": {"name": name, "namespace": namespace},
-        "spec": {
-            "job": {"id": name, "type": "service"},
-            "taskGroup": {"name": "g", "restartPolicy": FAST_RESTARTS, **(group or {})},
-            "tasks": [{"name": "main", "driver": "docker", "config": {"image": "x"}}],
-        },
-    }
+    return allocation_manifest(name, namespace, restart=FAST_RESTARTS, group=group)
 
 
 @dataclass

@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 import yaml
-from running_operator import REPO, Operator, eventually
+from running_operator import REPO, Operator, allocation_manifest, eventually
 
 pytestmark = pytest.mark.cluster
 
@@ -63,17 +63,7 @@ def alloc_manifest(
     restart: dict[str, Any] | None = None,
     tasks: list[dict[str, Any]] | None = None,
 ) -> dict[str, Any]:
-    return {
-        "apiVersion": "allocbridge.io/v1",
-        "kind": "Allocation",
-        "metadata": {"name": name, "namespace": namespace},
-        "spec": {
-            "job": {"id": name, "type": job_type},
-            "taskGroup": {"name": "g", **({"restartPolicy": restart} if restart else {})},
-            "tasks": tasks
-            or [{"name": "main", "driver": "docker", "config": {"image": "busybox"}}],
-        },
-    }
+    return allocation_manifest(name, namespace, job_type=job_type, restart=restart, tasks=tasks)
 
 
 @pytest.mark.parametrize(
