@@ -193,3 +193,14 @@ def allocation_manifest(
             or [{"name": "main", "driver": "docker", "config": {"image": "busybox"}}],
         },
     }
+
+
+def quick_allocation(
+    name: str,
+    namespace: str,
+    *,
+    tasks: list[dict[str, Any]] | None = None,
+    group: dict[str, Any] | None = None,
+) -> dict[str, Any]:
+    """An Allocation with the fast restart policy, as the action and client suites use."""
+    return allocation_manifest(name, namespace, restart=FAST_RESTARTS, group=group, tasks=tasks)

@@ -12,19 +12,9 @@ import time
 from typing import Any
 
 import pytest
-from running_operator import FAST_RESTARTS, Operator, allocation_manifest, eventually, http
+from running_operator import Operator, eventually, http, quick_allocation
 
 pytestmark = pytest.mark.cluster
-
-
-def manifest(
-    name: str,
-    namespace: str,
-    *,
-    tasks: list[dict[str, Any]] | None = None,
-    group: dict[str, Any] | None = None,
-) -> dict[str, Any]:
-    return allocation_manifest(name, namespace, restart=FAST_RESTARTS, group=group, tasks=tasks)
 
 
 def status(kubectl: Any, namespace: str, name: str) -> dict[str, Any]:
@@ -67,7 +57,7 @@ def events(kubectl: Any, namespace: str, name: str, task: str) -> list[str]:
 def test_stop_ends_the_allocation_and_creates_a_linked_replacement(
     operator: Operator, kubectl: Any, namespace: str
 ) -> None:
-    uid = running(kubectl, operator, namespace, manifest("svc", namespace))
+    uid = running(kubectl, operator, namespace, quick_allocation("svc", namespace))
     code, raw, headers = http(operator.api + f"/v1/allocation/{uid}/stop", method="PUT")
     assert code == 200, raw
     answer = json.loads(raw)
@@ -104,8 +94,8 @@ def test_stop_ends_the_allocation_and_creates_a_linked_replacement(
 def test_stop_honours_the_shutdown_delay_unless_told_not_to(
     operator: Operator, kubectl: Any, namespace: str
 ) -> None:
-    slow = manifest("slow", namespace, group={"shutdownDelay": "3s"})
-    quick = manifest("quick", namespace, group={"shutdownDelay": "3s"})
+    slow = quick_allocation("slow", namespace, group={"shutdownDelay": "3s"})
+    quick = quick_allocation("quick", namespace, group={"shutdownDelay": "3s"})
     slow_id = running(kubectl, operator, namespace, slow)
     quick_id = running(kubectl, operator, namespace, quick)
     assert post(operator, f"/v1/allocation/{slow_id}/stop")[0] == 200
@@ -140,7 +130,7 @@ def test_stop_errors(operator: Operator) -> None:
 def test_signal_reaches_the_task_and_is_recorded(
     operator: Operator, cluster: Any, kubectl: Any, namespace: str
 ) -> None:
-    uid = running(kubectl, operator, namespace, manifest("sig", namespace))
+    uid = running(kubectl, operator, namespace, quick_allocation("sig", namespace))
     cluster.set_handled_signals(namespace, "sig", "main", ["USR1"])
     code, body = post(
         operator, f"/v1/client/allocation/{uid}/signal", {"Signal": "SIGUSR1", "Task": "main"}
@@ -158,7 +148,7 @@ def test_signal_reaches_the_task_and_is_recorded(
 def test_unhandled_terminating_signal_restarts_the_container(
     operator: Operator, cluster: Any, kubectl: Any, namespace: str
 ) -> None:
-    uid = running(kubectl, operator, namespace, manifest("term", namespace))
+    uid = running(kubectl, operator, namespace, quick_allocation("term", namespace))
     assert post(operator, f"/v1/client/allocation/{uid}/signal", {"Signal": "SIGTERM"})[0] == 200
     eventually(
         lambda: status(kubectl, namespace, "term")["taskStates"]["main"]["restarts"] == 1,
@@ -172,7 +162,7 @@ def test_signal_without_task_goes_to_every_running_task(
     operator: Operator, cluster: Any, kubectl: Any, namespace: str
 ) -> None:
     tasks = [{"name": n, "driver": "docker", "config": {"image": "x"}} for n in ("a", "b")]
-    uid = running(kubectl, operator, namespace, manifest("both", namespace, tasks=tasks))
+    uid = running(kubectl, operator, namespace, quick_allocation("both", namespace, tasks=tasks))
     for task in ("a", "b"):
         cluster.set_handled_signals(namespace, "both", task, ["HUP"])
     assert post(operator, f"/v1/client/allocation/{uid}/signal", {"Signal": "SIGHUP"})[0] == 200
@@ -198,7 +188,7 @@ def test_bad_signal_requests_change_nothing(
     code: int,
     text: str,
 ) -> None:
-    uid = running(kubectl, operator, namespace, manifest("calm", namespace))
+    uid = running(kubectl, operator, namespace, quick_allocation("calm", namespace))
     path = operator.api + f"/v1/client/allocation/{uid}/signal"
     if isinstance(body, str):  # malformed JSON, sent as is
         status_code, raw, _ = http(path, method="POST", raw=body.encode())
@@ -222,7 +212,7 @@ def test_signal_unknown_allocation(operator: Operator) -> None:
 def test_restart_a_task_in_place_without_using_the_restart_policy(
     operator: Operator, cluster: Any, kubectl: Any, namespace: str
 ) -> None:
-    uid = running(kubectl, operator, namespace, manifest("rs", namespace))
+    uid = running(kubectl, operator, namespace, quick_allocation("rs", namespace))
     for count in (1, 2):  # the policy allows 1 attempt: user restarts must not count
         assert post(operator, f"/v1/client/allocation/{uid}/restart", {"TaskName": "main"}) == (
             200,
@@ -254,7 +244,7 @@ def test_restart_all_tasks_runs_prestart_tasks_again(
         },
         {"name": "main", "driver": "docker", "config": {"image": "x"}},
     ]
-    uid = running(kubectl, operator, namespace, manifest("all", namespace, tasks=tasks))
+    uid = running(kubectl, operator, namespace, quick_allocation("all", namespace, tasks=tasks))
     first_pod = kubectl.json("get", "pod", "all", "-n", namespace)["metadata"]["uid"]
     assert post(operator, f"/v1/client/allocation/{uid}/restart", {"AllTasks": True})[0] == 200
 
@@ -293,7 +283,7 @@ def test_bad_restart_requests_change_nothing(
     code: int,
     text: str,
 ) -> None:
-    uid = running(kubectl, operator, namespace, manifest("steady", namespace))
+    uid = running(kubectl, operator, namespace, quick_allocation("steady", namespace))
     assert post(operator, f"/v1/client/allocation/{uid}/restart", body) == (code, text)
     assert cluster.signals(namespace, "steady", "main") == []
     assert status(kubectl, namespace, "steady")["taskStates"]["main"]["restarts"] == 0
@@ -308,7 +298,7 @@ def test_pause_schedule_and_overrides(
     operator: Operator, cluster: Any, kubectl: Any, namespace: str
 ) -> None:
     tasks = [{"name": "main", "driver": "docker", "config": {"image": "x"}, "schedule": NEVER}]
-    uid = running(kubectl, operator, namespace, manifest("sched", namespace, tasks=tasks))
+    uid = running(kubectl, operator, namespace, quick_allocation("sched", namespace, tasks=tasks))
     path = f"/v1/client/allocation/{uid}/pause"
 
     def state() -> str:
@@ -345,7 +335,7 @@ def test_pause_schedule_and_overrides(
 def test_pause_without_schedule_and_errors(
     operator: Operator, cluster: Any, kubectl: Any, namespace: str
 ) -> None:
-    uid = running(kubectl, operator, namespace, manifest("plain", namespace))
+    uid = running(kubectl, operator, namespace, quick_allocation("plain", namespace))
     path = f"/v1/client/allocation/{uid}/pause"
     assert operator.get(f"{path}?task=main") == {"ScheduleState": ""}
     assert post(operator, path, {"Task": "main", "ScheduleState": "bogus"}) == (

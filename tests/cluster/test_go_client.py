@@ -30,13 +30,12 @@ from typing import Any
 
 import pytest
 from running_operator import (
-    FAST_RESTARTS,
     REPO,
     Operator,
-    allocation_manifest,
     eventually,
     http,
     install,
+    quick_allocation,
     service_account_kubeconfig,
 )
 
@@ -107,16 +106,6 @@ def step(name: str, variables: dict[str, str]) -> str:
 
 
 # -- the allocations ----------------------------------------------------------------------------
-
-
-def manifest(
-    name: str,
-    namespace: str,
-    *,
-    tasks: list[dict[str, Any]] | None = None,
-    group: dict[str, Any] | None = None,
-) -> dict[str, Any]:
-    return allocation_manifest(name, namespace, restart=FAST_RESTARTS, group=group, tasks=tasks)
 
 
 ADMIN_SERVICE = {
@@ -203,7 +192,7 @@ def world(operator: Operator, cluster: Any, kubectl: Any, go_tests: None) -> Ite
         for namespace, allocs in ((w.read, READ_ALLOCS), (w.act, ACT_ALLOCS)):
             create_namespace(kubectl, namespace)
             for name, shape in allocs.items():
-                kubectl.apply(manifest(name, namespace, **shape))
+                kubectl.apply(quick_allocation(name, namespace, **shape))
         for namespace, allocs in ((w.read, READ_ALLOCS), (w.act, ACT_ALLOCS)):
             for name in allocs:
                 w.ids[name] = wait_running(kubectl, operator.api, namespace, name)
@@ -345,7 +334,7 @@ def guarded(
         )  # fmt: skip
         reader = f"system:serviceaccount:{namespace}:reader"
         eventually(lambda: can_i(kubectl, reader, "read-job", namespace), what="the RoleBinding")
-        kubectl.apply(manifest("guarded", namespace))
+        kubectl.apply(quick_allocation("guarded", namespace))
         acl.start()
         alloc_id = wait_running(kubectl, acl.api, namespace, "guarded", token=tokens["reader"])
         yield Guarded(acl, namespace, alloc_id, tokens["reader"], tokens["nobody"])

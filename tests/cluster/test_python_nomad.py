@@ -27,17 +27,13 @@ from typing import Any
 import nomad
 import pytest
 from nomad.api import exceptions
-from running_operator import FAST_RESTARTS, Operator, allocation_manifest, eventually, http
+from running_operator import Operator, eventually, http, quick_allocation
 
 pytestmark = pytest.mark.cluster
 
 UNKNOWN = "0f0f0f0f-0000-4000-8000-000000000000"
 READ = ("pa", "pb", "pc")  # allocations nothing changes
 ACT = ("psig", "prst", "pstop")
-
-
-def manifest(name: str, namespace: str, group: dict[str, Any] | None = None) -> dict[str, Any]:
-    return allocation_manifest(name, namespace, restart=FAST_RESTARTS, group=group)
 
 
 @dataclass
@@ -84,7 +80,7 @@ def world(operator: Operator, cluster: Any, kubectl: Any) -> Iterator[World]:
                 what=f"namespace {namespace} to get its default ServiceAccount",
             )
             for name in names:
-                kubectl.apply(manifest(name, namespace))
+                kubectl.apply(quick_allocation(name, namespace))
         for namespace, names in ((w.read, READ), (w.act, ACT)):
             for name in names:
                 w.ids[name] = _wait_running(w, namespace, name)
