@@ -138,7 +138,7 @@ def test_signal_reaches_the_task_and_is_recorded(
     assert (code, body) == (200, {})
     record = cluster.signals(namespace, "sig", "main")[-1]
     assert record.signal == "USR1" and record.pids == (1,)
-    assert record.argv == ("kill", "-s", "USR1", "1")
+    assert record.argv == ("kill", "-USR1", "--", "1")
     state = status(kubectl, namespace, "sig")["taskStates"]["main"]
     signaling = [e for e in state["events"] if e["type"] == "Signaling"][-1]
     assert signaling["taskSignal"] == "SIGUSR1"
@@ -168,6 +168,42 @@ def test_signal_without_task_goes_to_every_running_task(
     assert post(operator, f"/v1/client/allocation/{uid}/signal", {"Signal": "SIGHUP"})[0] == 200
     for task in ("a", "b"):
         assert [r.signal for r in cluster.signals(namespace, "both", task)] == ["HUP"]
+
+
+def test_a_signal_a_bare_pid1_would_drop_is_refused(
+    operator: Operator, cluster: Any, kubectl: Any, namespace: str
+) -> None:
+    cluster.run_without_init(namespace, "bare", "main")  # the main process is PID 1 itself
+    uid = running(kubectl, operator, namespace, quick_allocation("bare", namespace))
+    path = f"/v1/client/allocation/{uid}/signal"
+    code, text = post(operator, path, {"Signal": "SIGUSR1", "Task": "main"})
+    assert code == 500
+    assert text.startswith("Failed to signal task: main, err: the container's PID 1 neither")
+    assert "SIGUSR1" in text and "init such as tini" in text
+    assert cluster.signals(namespace, "bare", "main") == []  # nothing sent,
+    assert "Signaling" not in events(kubectl, namespace, "bare", "main")  # nothing recorded
+    code, text = post(operator, path, {"Signal": "SIGKILL"})
+    assert code == 500 and "SIGKILL never reaches a container's PID 1" in text
+
+    cluster.set_handled_signals(namespace, "bare", "main", ["USR1"])  # now it has a handler
+    assert post(operator, path, {"Signal": "SIGUSR1", "Task": "main"}) == (200, {})
+    [record] = cluster.signals(namespace, "bare", "main")
+    assert record.argv == ("kill", "-USR1", "--", "1")
+
+
+def test_sigkill_goes_to_the_processes_below_the_init(
+    operator: Operator, cluster: Any, kubectl: Any, namespace: str
+) -> None:
+    uid = running(kubectl, operator, namespace, quick_allocation("killed", namespace))
+    assert post(operator, f"/v1/client/allocation/{uid}/signal", {"Signal": "SIGKILL"})[0] == 200
+    [record] = cluster.signals(namespace, "killed", "main")
+    assert record.argv == ("kill", "-KILL", "--", "-1")
+    eventually(
+        lambda: status(kubectl, namespace, "killed")["taskStates"]["main"]["restarts"] == 1,
+        what="the killed container to restart",
+    )
+    pod = kubectl.json("get", "pod", "killed", "-n", namespace)
+    assert pod["status"]["containerStatuses"][0]["lastState"]["terminated"]["exitCode"] == 137
 
 
 @pytest.mark.parametrize(
@@ -263,6 +299,67 @@ def test_restart_all_tasks_runs_prestart_tasks_again(
     assert status(kubectl, namespace, "all")["taskStates"]["setup"]["failed"] is False
 
 
+def test_restart_of_a_bare_pid1_without_a_term_handler_is_refused(
+    operator: Operator, cluster: Any, kubectl: Any, namespace: str
+) -> None:
+    cluster.run_without_init(namespace, "stiff", "main")
+    uid = running(kubectl, operator, namespace, quick_allocation("stiff", namespace))
+    code, text = post(operator, f"/v1/client/allocation/{uid}/restart", {"TaskName": "main"})
+    assert code == 500
+    assert text.startswith('cannot restart task "main" in place: the container\'s PID 1')
+    assert "AllTasks" in text
+    assert cluster.signals(namespace, "stiff", "main") == []
+    assert "Restart Signaled" not in events(kubectl, namespace, "stiff", "main")
+    assert status(kubectl, namespace, "stiff")["taskStates"]["main"]["restarts"] == 0
+
+
+def slow_to_exit(name: str, namespace: str) -> dict[str, Any]:
+    task = {"name": "main", "driver": "docker", "config": {"image": "x"}, "killTimeout": "1s"}
+    return quick_allocation(name, namespace, tasks=[task])
+
+
+def test_a_task_that_ignores_sigterm_is_killed_below_its_init(
+    operator: Operator, cluster: Any, kubectl: Any, namespace: str
+) -> None:
+    uid = running(kubectl, operator, namespace, slow_to_exit("slow", namespace))
+    cluster.set_handled_signals(namespace, "slow", "main", ["TERM"])  # handles it, stays up
+    assert post(operator, f"/v1/client/allocation/{uid}/restart", {"TaskName": "main"})[0] == 200
+    eventually(
+        lambda: status(kubectl, namespace, "slow")["taskStates"]["main"]["restarts"] == 1,
+        what="SIGKILL after the kill timeout",
+    )
+    argvs = [r.argv for r in cluster.signals(namespace, "slow", "main")]
+    assert argvs == [("kill", "-TERM", "--", "1"), ("kill", "-KILL", "--", "-1")]
+    displays = [
+        e["displayMessage"]
+        for e in status(kubectl, namespace, "slow")["taskStates"]["main"]["events"]
+    ]
+    assert "Sent SIGKILL after kill timeout" in displays
+
+
+def test_a_bare_pid1_that_ignores_sigterm_gets_a_new_pod(
+    operator: Operator, cluster: Any, kubectl: Any, namespace: str
+) -> None:
+    cluster.run_without_init(namespace, "stuck", "main")
+    uid = running(kubectl, operator, namespace, slow_to_exit("stuck", namespace))
+    cluster.set_handled_signals(namespace, "stuck", "main", ["TERM"])
+    first_pod = kubectl.json("get", "pod", "stuck", "-n", namespace)["metadata"]["uid"]
+    assert post(operator, f"/v1/client/allocation/{uid}/restart", {"TaskName": "main"})[0] == 200
+
+    def replaced() -> bool:
+        pod = kubectl.json("get", "pod", "stuck", "-n", namespace)["metadata"]["uid"]
+        return bool(
+            pod != first_pod and status(kubectl, namespace, "stuck")["clientStatus"] == "running"
+        )
+
+    eventually(replaced, what="the pod to be replaced after the kill timeout")
+    displays = [
+        e["displayMessage"]
+        for e in status(kubectl, namespace, "stuck")["taskStates"]["main"]["events"]
+    ]
+    assert "Task did not exit after SIGTERM; replacing the pod" in displays
+
+
 @pytest.mark.parametrize(
     ("body", "code", "text"),
     [
@@ -351,4 +448,44 @@ def test_pause_without_schedule_and_errors(
     assert operator.get(f"{path}?task=main") == {"ScheduleState": "force_pause"}
     assert post(operator, path, {"Task": "main", "ScheduleState": "scheduled"})[0] == 200
     assert operator.get(f"{path}?task=main") == {"ScheduleState": ""}
-    assert [r.signal for r in cluster.signals(namespace, "plain", "main")] == ["STOP", "CONT"]
+    assert [r.argv for r in cluster.signals(namespace, "plain", "main")] == [
+        ("kill", "-STOP", "--", "-1"),
+        ("kill", "-CONT", "--", "-1"),
+    ]
+
+
+def test_pausing_a_bare_pid1_is_refused(
+    operator: Operator, cluster: Any, kubectl: Any, namespace: str
+) -> None:
+    cluster.run_without_init(namespace, "solo", "main")
+    uid = running(kubectl, operator, namespace, quick_allocation("solo", namespace))
+    path = f"/v1/client/allocation/{uid}/pause"
+    code, text = post(operator, path, {"Task": "main", "ScheduleState": "pause"})
+    assert code == 500
+    assert text.startswith('cannot pause task "main": its main process is the container\'s PID 1')
+    assert operator.get(f"{path}?task=main") == {"ScheduleState": ""}
+    assert cluster.signals(namespace, "solo", "main") == []
+    assert "Pausing" not in events(kubectl, namespace, "solo", "main")
+
+
+def test_a_schedule_a_bare_pid1_cannot_follow_is_reported_once(
+    operator: Operator, cluster: Any, kubectl: Any, namespace: str
+) -> None:
+    cluster.run_without_init(namespace, "nightly", "main")
+    tasks = [{"name": "main", "driver": "docker", "config": {"image": "x"}, "schedule": NEVER}]
+    running(kubectl, operator, namespace, quick_allocation("nightly", namespace, tasks=tasks))
+
+    def refusals() -> list[str]:
+        state = status(kubectl, namespace, "nightly")["taskStates"]["main"]
+        return [
+            e["displayMessage"]
+            for e in state["events"]
+            if e["displayMessage"].startswith("Schedule not followed:")
+        ]
+
+    eventually(lambda: len(refusals()) == 1, what="the refused schedule to be recorded")
+    time.sleep(2)  # passes go on (the reconciler rechecks); the refusal is not repeated
+    assert len(refusals()) == 1
+    assert "cannot pause task" in refusals()[0]
+    assert status(kubectl, namespace, "nightly")["taskStates"]["main"].get("paused", "") == ""
+    assert cluster.signals(namespace, "nightly", "main") == []

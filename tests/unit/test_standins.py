@@ -144,18 +144,70 @@ def test_list_and_convert_signal_names(standins: Path, sandbox: Path) -> None:
 
 def test_stop_and_cont_keep_the_stopped_marker(standins: Path, sandbox: Path) -> None:
     marker = sandbox / "stopped"
-    run(standins, sandbox, "kill", "-STOP", "1")
+    run(standins, sandbox, "kill", "-STOP", "1")  # the kernel drops STOP sent to PID 1
+    assert not marker.exists()
+    run(standins, sandbox, "kill", "-STOP", "--", "-1")  # reaches the process below the init
     assert marker.exists()
-    run(standins, sandbox, "kill", "-CONT", "1")
+    run(standins, sandbox, "kill", "-CONT", "1")  # the init forwards CONT
     assert not marker.exists()
     run(standins, sandbox, "kill", "-STOP", "42")  # not the main process
     assert not marker.exists()
-    run(standins, sandbox, "kill", "-TSTP", "1")
+    run(standins, sandbox, "kill", "-TSTP", "1")  # forwarded; stops the main process
     assert marker.exists()
     marker.unlink()
     (sandbox / "handles").write_text("tstp\n")
     run(standins, sandbox, "kill", "-TSTP", "1")
     assert not marker.exists()
+
+
+def test_without_an_init_nothing_stops_the_main_process(standins: Path, sandbox: Path) -> None:
+    (sandbox / "no-init").write_text("\n")
+    for argv in (["-STOP", "1"], ["-STOP", "--", "-1"], ["-TSTP", "1"]):
+        run(standins, sandbox, "kill", *argv)
+        assert not (sandbox / "stopped").exists(), argv
+    assert len(records(sandbox)) == 3  # still recorded
+
+
+def status_fields(text: str) -> dict[str, str]:
+    return dict(line.split(":\t", 1) for line in text.splitlines() if ":\t" in line)
+
+
+def test_cat_plays_proc_1_of_a_container_under_an_init(standins: Path, sandbox: Path) -> None:
+    done = run(standins, sandbox, "cat", "/proc/1/status", "/proc/1/task/1/children")
+    assert done.returncode == 0, done.stderr
+    fields = status_fields(done.stdout)
+    assert (fields["Name"], fields["Pid"], fields["SigCgt"]) == ("tini", "1", "0" * 16)
+    assert fields["SigBlk"] == "000000007ffbfeff"  # everything but KILL (9) and STOP (19)
+    assert done.stdout.endswith("7 ")  # the main process below the init
+
+
+def test_cat_plays_a_bare_pid1_from_handles(standins: Path, sandbox: Path) -> None:
+    (sandbox / "no-init").write_text("\n")
+    (sandbox / "handles").write_text("USR1, hup\n")
+    done = run(standins, sandbox, "cat", "/proc/1/status", "/proc/1/task/1/children")
+    fields = status_fields(done.stdout)
+    assert (fields["Name"], fields["SigBlk"]) == ("main", "0" * 16)
+    assert fields["SigCgt"] == f"{(1 << 0) | (1 << 9):016x}"  # HUP and USR1
+    assert done.stdout.endswith("\n")  # no children
+
+
+def test_cat_passes_everything_else_to_the_real_cat(standins: Path, sandbox: Path) -> None:
+    (sandbox / "file").write_text("hello\n")
+    assert run(standins, sandbox, "cat", "file").stdout == "hello\n"
+    mixed = run(standins, sandbox, "cat", "file", "/proc/1/cmdline")
+    assert (mixed.returncode, mixed.stdout) == (1, "hello\n")
+    assert "/proc/1/cmdline: No such file or directory" in mixed.stderr
+    piped = subprocess.run(
+        [str(standins / "cat")],
+        input="through stdin",
+        env={"PATH": f"{standins}:/usr/bin:/bin"},
+        capture_output=True,
+        text=True,
+        timeout=10,
+        check=False,
+    )
+    assert piped.stdout == "through stdin"  # works without a sandbox too
+    assert records(sandbox) == []
 
 
 def test_argv_is_json_escaped(standins: Path, sandbox: Path) -> None:
@@ -197,9 +249,14 @@ def test_simulation_reads_what_the_standin_wrote(standins: Path, sandbox: Path) 
     run(standins, sandbox, "kill", "-HUP", "1")
     run(standins, sandbox, "kill", "-TERM", "-1")
     (sandbox / "handles").write_text("HUP, usr1 12\n")
+    run(standins, sandbox, "kill", "-KILL", "1")
     got = read_signals(sandbox)
-    assert [(r.signal, r.reaches_main_process) for r in got] == [("HUP", True), ("TERM", True)]
+    under_init = [r.reaches_main_process() for r in got]
+    assert [r.signal for r in got] == ["HUP", "TERM", "KILL"]
+    assert under_init == [True, True, False]  # the kernel drops KILL sent to PID 1
     assert read_handles(sandbox) == {1, 10, 12}
+    bare = [r.reaches_main_process(has_init=False, handled={1}) for r in got]
+    assert bare == [True, False, False]  # only what PID 1 handles; -1 excludes PID 1
     assert terminates(15) and terminates(1) and not terminates(1, {1})
     assert terminates(9, {9}) and not terminates(17) and not terminates(19)
     assert signal_number("SIGTERM") == 15 and signal_number("bogus") is None

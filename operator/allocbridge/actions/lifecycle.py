@@ -5,17 +5,23 @@ How each maps to Kubernetes (the README repeats this):
   shutdown delay unless `no_shutdown_delay`); the reconciler then records `Killing` and deletes
   the pod, and the allocation ends `complete`. A replacement Allocation with the same spec is
   created and linked both ways (`PreviousAllocation`/`NextAllocation`, `RescheduleTracker`).
-- signal: `kill -s SIG 1` is executed in the task's container through `pods/exec` (no shell),
-  so the container's main process (PID 1) gets it. A container without a `kill` binary gives a
-  clear error. Linux delivers a signal to PID 1 only if it installed a handler for it, so a
-  signal the main process does not handle is ignored by the kernel; see the README.
-- restart: `kill -s TERM 1` in each task's container; the kubelet restarts the container in
-  place (restartPolicy Always/OnFailure) and the status shows `Restart Signaled`, then
-  `Terminated`, `Restarting`, `Started`. A restart asked for here does not count against the
-  restart policy. If the container has not exited after its kill timeout, SIGKILL follows.
-  `AllTasks` replaces the pod instead, so that prestart tasks run again.
-- pause: `kill -s STOP 1` / `kill -s CONT 1` in the container, with `Pausing`/`Running` events
-  and the schedule state in the task state.
+- signal, restart and pause run `kill -SIG -- PID` in the task's container through `pods/exec`
+  (no shell). The main process is PID 1 of the container's PID namespace, and Linux drops
+  signals sent to it from inside unless it catches or blocks them (`allocbridge.model.pid1`).
+  So each action first reads `/proc/1/status` and `/proc/1/task/1/children` in the container
+  (with its `cat`) and sends to PID 1 when it takes the signal, to every process below PID 1
+  (`kill -1`) when the task runs under an init or a wrapper, and otherwise answers an error
+  naming the reason: it never reports success for a signal the kernel would drop. A container
+  without `kill` or `cat` gives a clear error too.
+- restart: SIGTERM as above; the kubelet restarts the container in place (restartPolicy
+  Always/OnFailure) and the status shows `Restart Signaled`, then `Terminated`, `Restarting`,
+  `Started`. A restart asked for here does not count against the restart policy. If the
+  container has not exited after its kill timeout, SIGKILL goes to the processes below PID 1;
+  when there are none (SIGKILL never reaches PID 1 from inside), the pod is replaced instead.
+  `AllTasks` replaces the pod, so that prestart tasks run again.
+- pause: SIGSTOP / SIGCONT to every process below PID 1 (`kill -1`), with `Pausing`/`Running`
+  events and the schedule state in the task state. A task whose main process is PID 1 itself
+  cannot be stopped from inside its container: pausing it answers an error.
 Every action writes its events into the Allocation's status with an optimistic-concurrency
 retry, so writes from API replicas and the reconciler never overwrite each other.
 """
@@ -37,8 +43,9 @@ from kubernetes_asyncio.client.exceptions import ApiException
 
 from allocbridge.cluster.commands import CommandError, CommandResult, run_command
 from allocbridge.cluster.resources import Json, Kube
+from allocbridge.model import pid1 as pid1_rules
 from allocbridge.model import schedule as sched
-from allocbridge.model.signals import canonical
+from allocbridge.model.signals import canonical, number
 from allocbridge.model.spec import AllocationSpec, parse_spec
 from allocbridge.model.status import MAX_EVENTS, NS, merge_patch, task_event
 
@@ -116,10 +123,30 @@ class Actions:
             if "executable file not found" in text or "no such file" in text.lower():
                 raise ActionError(
                     500,
-                    f'cannot signal task "{task}": its container has no "{argv[0]}" binary '
-                    "(allocbridge delivers signals with the container's own kill)",
+                    f'cannot act on task "{task}": its container has no "{argv[0]}" binary '
+                    f"(allocbridge {_WHY_BINARY.get(argv[0], 'runs it in the container')})",
                 ) from exc
             raise ActionError(500, f'cannot run {argv[0]} in task "{task}": {text}') from exc
+
+    async def pid1(self, target: Target, task: str) -> pid1_rules.Pid1:
+        """What the task container's PID 1 does with signals (see `allocbridge.model.pid1`)."""
+        result = await self.exec(target, task, list(pid1_rules.PROBE))
+        if "SigCgt:" not in result.stdout:
+            detail = result.stderr.strip() or f"exit code {result.exit_code}"
+            raise ActionError(500, f'cannot read /proc/1/status in task "{task}": {detail}')
+        return pid1_rules.parse(result.stdout, children_readable=result.exit_code == 0)
+
+    async def kill(self, target: Target, task: str, signal: str, where: str) -> None:
+        """`kill -SIG -- <where>` in the task's container; a non-zero exit is an error.
+
+        The `-SIG -- PID` form is the one procps, util-linux and busybox all parse the same
+        way; procps 4 takes `-s SIG -1` for a second signal and fails.
+        """
+        argv = ["kill", f"-{signal.removeprefix('SIG')}", "--", where]
+        result = await self.exec(target, task, argv)
+        if result.exit_code != 0:
+            detail = result.stderr.strip() or f"exit code {result.exit_code}"
+            raise ActionError(500, f'{" ".join(argv)} in task "{task}" failed: {detail}')
 
     # -- stop ----------------------------------------------------------------------------
 
@@ -189,10 +216,21 @@ class Actions:
 
     async def signal(self, target: Target, signal_name: str, task: str | None) -> None:
         name = canonical(signal_name)
+        signum = number(name)
         obj, spec = await self.load(target)
         tasks = self._running_tasks(obj, spec, task)
         if not tasks:  # no task named and none running: an error, never a silent success
             raise ActionError(409, "Task not running")
+        routes: dict[str, str] = {}
+        failures = []
+        for t in tasks:  # every task is checked before anything is sent or recorded
+            where = pid1_rules.route(await self.pid1(target, t), signum)
+            if where is None:
+                failures.append(f"Failed to signal task: {t}, err: {undeliverable(name)}")
+            else:
+                routes[t] = where
+        if failures:
+            raise ActionError(500, "; ".join(failures))
         events = {
             t: [
                 task_event(
@@ -206,11 +244,11 @@ class Actions:
             for t in tasks
         }
         await self.record(target, events)
-        failures = []
-        for t in tasks:
-            result = await self.exec(target, t, ["kill", "-s", name.removeprefix("SIG"), "1"])
-            if result.exit_code != 0:
-                failures.append(f"Failed to signal task: {t}, err: {result.stderr.strip()}")
+        for t, where in routes.items():
+            try:
+                await self.kill(target, t, name, where)
+            except ActionError as exc:
+                failures.append(f"Failed to signal task: {t}, err: {exc.message}")
         if failures:
             raise ActionError(500, "; ".join(failures))
 
@@ -251,6 +289,18 @@ class Actions:
             await self.update(target, recreate)
             return
         tasks = self._running_tasks(obj, spec, task_name or None)
+        probes = {t: await self.pid1(target, t) for t in tasks}
+        routes = {t: pid1_rules.route(p, pid1_rules.SIGTERM) for t, p in probes.items()}
+        stuck = [t for t, where in routes.items() if where is None]
+        if stuck:
+            raise ActionError(
+                500,
+                "; ".join(
+                    f'cannot restart task "{t}" in place: {undeliverable("SIGTERM")}; '
+                    "or restart all tasks (AllTasks), which replaces the pod"
+                    for t in stuck
+                ),
+            )
         reason = (
             "User requested task to restart"
             if task_name
@@ -267,37 +317,45 @@ class Actions:
 
         await self.update(target, expect)
         for t in tasks:
-            result = await self.exec(target, t, ["kill", "-s", "TERM", "1"])
-            if result.exit_code != 0:
-                raise ActionError(500, f"failed to restart task {t}: {result.stderr.strip()}")
+            await self.kill(target, t, "SIGTERM", routes[t] or "1")
             wait = (spec.task(t) or spec.tasks[0]).kill_timeout_seconds
-            escalation = asyncio.create_task(self._escalate(target, t, obj, wait))
+            kill_at = pid1_rules.route(probes[t], pid1_rules.SIGKILL)
+            escalation = asyncio.create_task(self._escalate(target, t, kill_at, wait))
             self.escalations.add(escalation)
             escalation.add_done_callback(self.escalations.discard)
 
-    async def _escalate(self, target: Target, task: str, before: Json, wait: float) -> None:
-        """SIGKILL a container that has not exited within its kill timeout."""
+    async def _escalate(self, target: Target, task: str, kill_at: str | None, wait: float) -> None:
+        """Force out a container that has not exited within its kill timeout.
+
+        SIGKILL goes to the processes below PID 1; when there are none, it cannot reach PID 1
+        from inside the container, so the pod is replaced (the kubelet kills from outside).
+        """
         start = _restart_count(await self.kube.get_pod(target.namespace, target.name), task)
         await asyncio.sleep(wait)
         pod = await self.kube.get_pod(target.namespace, target.name)
         if pod is None or _restart_count(pod, task) > start:
             return
-        log.warning("task did not exit after SIGTERM; sending SIGKILL", extra={"task": task})
-        await self.record(
-            target,
-            {
-                task: [
-                    task_event(
-                        "Killing",
-                        time.time_ns(),
-                        "Sent SIGKILL after kill timeout",
-                        killReason="restart: task did not exit after SIGTERM",
-                    )
-                ]
-            },
+        log.warning("task did not exit after SIGTERM", extra={"task": task})
+        if kill_at is None:
+            message = "Task did not exit after SIGTERM; replacing the pod"
+        else:
+            message = "Sent SIGKILL after kill timeout"
+        event = task_event(
+            "Killing",
+            time.time_ns(),
+            message,
+            killReason="restart: task did not exit after SIGTERM",
         )
-        with contextlib.suppress(ActionError):
-            await self.exec(target, task, ["kill", "-s", "KILL", "1"])
+
+        def escalate(status: Json, _obj: Json) -> None:
+            _add_events(status, {task: [event]})
+            if kill_at is None:
+                status["recreatePod"] = True
+
+        await self.update(target, escalate)
+        if kill_at is not None:
+            with contextlib.suppress(ActionError):
+                await self.kill(target, task, "SIGKILL", kill_at)
 
     # -- pause ---------------------------------------------------------------------------
 
@@ -329,19 +387,35 @@ class Actions:
         """Move a task to schedule state `new`, stopping or continuing its process."""
         cause = "override" if override else "schedule"
         events: list[Json] = []
-        if sched.paused(new) and not sched.paused(current):
-            await self.exec(target, task, ["kill", "-s", "STOP", "1"])
-            events.append(task_event("Pausing", time.time_ns(), f"Pausing due to {cause}"))
-        elif sched.paused(current) and not sched.paused(new):
-            await self.exec(target, task, ["kill", "-s", "CONT", "1"])
-            events.append(task_event("Running", time.time_ns(), f"Running due to {cause}"))
+        if sched.paused(new) != sched.paused(current):
+            where = pid1_rules.route(await self.pid1(target, task), pid1_rules.SIGSTOP)
+            if where is None:
+                raise ActionError(500, f'cannot pause task "{task}": {UNPAUSABLE}')
+            if sched.paused(new):
+                await self.kill(target, task, "SIGSTOP", where)
+                events.append(task_event("Pausing", time.time_ns(), f"Pausing due to {cause}"))
+            else:
+                await self.kill(target, task, "SIGCONT", where)
+                events.append(task_event("Running", time.time_ns(), f"Running due to {cause}"))
 
         def move(status: Json, _obj: Json) -> None:
             _add_events(status, {task: events})
             status.setdefault("taskStates", {}).setdefault(task, {})["paused"] = new
+            (status.get("observed") or {}).get(task, {}).pop("pauseRefused", None)
 
         written = await self.update(target, move)
         return int(written["metadata"]["resourceVersion"])
+
+    async def refuse_pause(self, target: Target, task: str, wanted: str, reason: str) -> None:
+        """Record once that the schedule asked for `wanted` and the task cannot follow it."""
+        message = f"Schedule not followed: {reason}"
+        event = task_event("Driver", time.time_ns(), message, driverMessage=message)
+
+        def refuse(status: Json, _obj: Json) -> None:
+            _add_events(status, {task: [event]})
+            status.setdefault("observed", {}).setdefault(task, {})["pauseRefused"] = wanted
+
+        await self.update(target, refuse)
 
     async def close(self) -> None:
         for task in list(self.escalations):
@@ -354,6 +428,30 @@ class ActionsSlot:
     """Where the API finds the actions: empty until Kubernetes credentials are loaded."""
 
     current: Actions | None = None
+
+
+_WHY_BINARY = {
+    "kill": "delivers signals with the container's own kill",
+    "cat": "reads /proc/1/status with it to learn which signals the main process takes",
+}
+
+UNPAUSABLE = (
+    "its main process is the container's PID 1, which Linux does not let anything inside "
+    "the container stop; run the task under an init such as tini (pausing then stops every "
+    "process below it)"
+)
+
+
+def undeliverable(name: str) -> str:
+    """Why `name` cannot reach a task whose main process is PID 1 with nothing below it."""
+    if name in ("SIGKILL", "SIGSTOP"):
+        why = f"{name} never reaches a container's PID 1 from inside the container"
+    else:
+        why = (
+            f"the container's PID 1 neither handles nor blocks {name}, so Linux drops it; "
+            "handle the signal in the process"
+        )
+    return f"{why}, and no process runs below PID 1; run the task under an init such as tini"
 
 
 def replacement_name(name: str) -> str:

@@ -66,7 +66,7 @@ from .sandbox import (
     write_atomic,
 )
 from .stages import NODE_LABEL_KEY, NODE_LABEL_VALUE, NODE_SELECTOR, write_kwok_config
-from .standins import HANDLES_FILE, write_standins
+from .standins import HANDLES_FILE, NO_INIT_FILE, write_standins
 
 log = logging.getLogger(__name__)
 
@@ -283,6 +283,15 @@ class LocalCluster:
         """Declare the signals the container's main process traps (they do not end it)."""
         folder = self.sandbox_dir(namespace, pod, container)
         write_atomic(folder / HANDLES_FILE, " ".join(signals) + "\n")
+
+    def run_without_init(self, namespace: str, pod: str, container: str) -> None:
+        """Make the container's main process its PID 1, with no init or wrapper above it.
+
+        May be called before the pod exists: the sandbox keeps a folder it finds.
+        """
+        folder = self.sandbox_dir(namespace, pod, container)
+        folder.mkdir(parents=True, exist_ok=True)
+        write_atomic(folder / NO_INIT_FILE, "\n")
 
     def process_rss(self) -> dict[str, int]:
         """Resident memory in bytes of each running component (from /proc)."""

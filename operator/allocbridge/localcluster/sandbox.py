@@ -21,9 +21,10 @@ Run as `python -m allocbridge.localcluster.sandbox ...` (LocalCluster starts and
    stand-in or `request_exit` appending to `<root>/.activity` (exec env
    `ALLOCBRIDGE_ACTIVITY`), and at least once a second regardless:
 
-   * a `kill` recorded by the stand-in (see `standins.py`) for PID 1 or -1 with a signal whose
-     default action terminates a process (signal(7): TERM, INT, QUIT, ABRT, KILL, HUP, USR1,
-     USR2, ALRM, PIPE, ...; not CHLD, URG, WINCH, CONT or the stop signals), unless the signal
+   * a `kill` recorded by the stand-in (see `standins.py`) that reaches the main process (to
+     PID 1 or -1, by the rules below) with a signal whose default action terminates a process
+     (signal(7): TERM, INT, QUIT, ABRT, KILL, HUP, USR1, USR2, ALRM, PIPE, ...; not CHLD, URG,
+     WINCH, CONT or the stop signals), unless the signal
      is named in `<sandbox>/handles` (the signals the main process traps, e.g. `HUP USR1`;
      whitespace- or comma-separated names or numbers; KILL cannot be trapped), ends the main
      process with exit code 128 + signal number;
@@ -42,9 +43,10 @@ Run as `python -m allocbridge.localcluster.sandbox ...` (LocalCluster starts and
 There is no ClusterExec fallback: an exec into a pod whose sandbox is not prepared fails
 instead of running somewhere unintended. Signals sent while a pod is not Running, or to a
 container that is not running, are ignored.
-The real kernel lets PID 1 of a pid namespace ignore signals it has no handler for; this
-simulation instead treats the main process like an ordinary process (no handler = default action),
-which is what an application container with an init wrapper (tini, dumb-init) does.
+PID 1 follows the kernel's rules (`allocbridge.model.pid1`): by default a container runs its
+main process under an init like tini, which forwards every signal but KILL and STOP (dropped by
+the kernel) to it, and `kill -1` reaches it directly; a sandbox file `no-init` makes the main
+process PID 1 itself, which only the signals it handles reach (see `standins.py`).
 """
 
 from __future__ import annotations
@@ -71,7 +73,7 @@ from kubernetes_asyncio import client as k8s_client
 from kubernetes_asyncio import config as k8s_config
 
 from .stages import NODE_LABEL_KEY, NODE_LABEL_VALUE, SANDBOX_CONDITION
-from .standins import EXIT_FILE, HANDLES_FILE, SIGNALS_LOG, STOPPED_FILE
+from .standins import EXIT_FILE, HANDLES_FILE, NO_INIT_FILE, SIGNALS_LOG, STOPPED_FILE
 
 log = logging.getLogger("allocbridge.localcluster.sandbox")
 
@@ -109,6 +111,7 @@ SIGNAL_NAMES = [
     "SYS",
 ]
 SIGKILL = 9
+SIGSTOP = 19
 _NOT_TERMINATING = {0, 17, 18, 19, 20, 21, 22, 23, 28}  # CHLD CONT STOP TSTP TTIN TTOU URG WINCH
 SANDBOX_PATH = "/usr/local/bin:/usr/bin:/bin"
 EXEC_API = "/apis/kwok.x-k8s.io/v1alpha1"
@@ -152,10 +155,18 @@ class SignalRecord:
     pids: tuple[int, ...]
     argv: tuple[str, ...]
 
-    @property
-    def reaches_main_process(self) -> bool:
-        """Sent by `kill` to PID 1 or -1 (everything, which includes PID 1)."""
-        return self.command == "kill" and (1 in self.pids or -1 in self.pids)
+    def reaches_main_process(self, has_init: bool = True, handled: Iterable[int] = ()) -> bool:
+        """Whether this `kill` gets to the main process, by Linux's rules for PID 1.
+
+        Under an init (the default), PID 1 forwards everything but KILL and STOP, which the
+        kernel drops, and -1 reaches the main process directly. Without one, the main process
+        is PID 1 and gets only the signals it handles; -1 excludes it.
+        """
+        if self.command != "kill" or self.number is None:
+            return False
+        if has_init:
+            return -1 in self.pids or (1 in self.pids and self.number not in (SIGKILL, SIGSTOP))
+        return 1 in self.pids and self.number in set(handled)
 
     @classmethod
     def parse(cls, line: str) -> SignalRecord | None:
@@ -701,13 +712,17 @@ class KubeletSimulation:
                     data = c.partial + f.read(size - c.offset)
                 c.offset = size
                 *lines, c.partial = data.split(b"\n")
-                handled: set[int] | None = None
+                handled = read_handles(c.folder)
+                has_init = not (c.folder / NO_INIT_FILE).exists()
                 for line in lines:
                     record = SignalRecord.parse(line.decode(errors="replace"))
-                    if record is None or record.number is None or not record.reaches_main_process:
+                    if record is None or record.number is None:
                         continue
-                    if handled is None:
-                        handled = read_handles(c.folder)
+                    if not record.reaches_main_process(has_init, handled):
+                        log.info(
+                            "%s/%s/%s: %s dropped", pod.namespace, pod.name, c.name, record.signal
+                        )
+                        continue
                     if terminates(record.number, handled):
                         ends.append((c.name, 128 + record.number, record.number))
                     else:

@@ -1,4 +1,4 @@
-"""Stand-ins for `kill`, `pkill`, `killall` and the power commands, as POSIX sh scripts.
+"""Stand-ins for `kill`, `pkill`, `killall`, `cat` and the power commands, as POSIX sh scripts.
 
 kwok runs every `kubectl exec` command as a plain process on this machine, so a test or the
 operator sending `["kill", "-TERM", "1"]` into a pod must not reach the machine's PID 1. kwok and
@@ -25,8 +25,19 @@ Contract (the kubelet simulation in `sandbox.py` and the tests rely on it):
 * PIDs 1 (the container's main process), 0 (own process group) and -1 (every process) exist;
   any other PID is answered `kill: (PID): No such process` and the exit status is 1 (the
   existing ones are still recorded, as procps does).
-* A STOP for PID 1 or -1 creates `$ALLOCBRIDGE_SANDBOX/stopped` (TSTP, TTIN, TTOU too, unless
-  named in `handles`); CONT removes it. The marker changes before the record is appended.
+* PID 1 follows Linux's rules for a namespace's init (see `allocbridge.model.pid1`). By default
+  the container runs its main process under an init like tini: PID 1 blocks (and forwards to the
+  main process) every signal except KILL and STOP, which the kernel drops; `kill -1` reaches the
+  main process directly. With a file `$ALLOCBRIDGE_SANDBOX/no-init`, the main process is PID 1
+  itself with nothing below it: only the signals named in `handles` reach it (and, handled, do
+  not end it); everything else, and anything sent to -1, reaches nothing.
+* With an init, STOP to -1 creates `$ALLOCBRIDGE_SANDBOX/stopped`, and TSTP, TTIN or TTOU to 1
+  or -1 do unless named in `handles`; CONT removes it. The marker changes before the record is
+  appended. Without an init nothing ever creates it.
+* `cat` plays the container's `/proc/1`: `/proc/1/status` (Name, State, SigBlk, SigIgn, SigCgt
+  as above) and `/proc/1/task/1/children` are made up from the sandbox, any other `/proc/1/...`
+  does not exist, and every other argument goes to the machine's `cat` (the stand-in folder is
+  taken out of PATH first). So the operator's probe never reads the machine's PID 1.
 * `pkill` and `killall` record a line with `"pids": []` and answer as if nothing matched (exit 1;
   killall prints `NAME: no process found`). `reboot`, `shutdown`, `halt` and `poweroff` record a
   line with `"signal": null` and exit 0 after saying nothing was done.
@@ -37,25 +48,32 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-NAMES = ("kill", "pkill", "killall", "reboot", "shutdown", "halt", "poweroff")
+NAMES = ("kill", "pkill", "killall", "cat", "reboot", "shutdown", "halt", "poweroff")
 SIGNALS_LOG = "signals.log"
 HANDLES_FILE = "handles"
 STOPPED_FILE = "stopped"
 EXIT_FILE = "exit"
+NO_INIT_FILE = "no-init"
 
-# Shared by all scripts: sandbox check, signal table, JSON encoding, recording.
-_PRELUDE = r"""#!/bin/sh
+# Shared by all scripts: header, sandbox check, signal table; then JSON encoding and recording.
+_HEAD = r"""#!/bin/sh
 # allocbridge local-cluster stand-in: records what would have happened; never acts.
 LC_ALL=C
 export LC_ALL
 set -f
 me=@NAME@
+"""
+
+_SANDBOX = r"""
 sandbox=${ALLOCBRIDGE_SANDBOX:-}
 if [ -z "$sandbox" ] || [ ! -d "$sandbox" ]; then
   echo "$me: allocbridge sandbox stand-in: ALLOCBRIDGE_SANDBOX is not a folder;" \
     "nothing was done" >&2
   exit 2
 fi
+"""
+
+_SIGNAL_TABLE = r"""
 SIGNAMES="HUP INT QUIT ILL TRAP ABRT BUS FPE KILL USR1 SEGV USR2 PIPE ALRM TERM STKFLT"
 SIGNAMES="$SIGNAMES CHLD CONT STOP TSTP TTIN TTOU URG XCPU XFSZ VTALRM PROF WINCH POLL PWR SYS"
 
@@ -135,6 +153,13 @@ handled() {
   return 1
 }
 
+# no_init: the main process is PID 1 itself (see the module's docstring).
+no_init() {
+  [ -f "$sandbox/no-init" ]
+}
+"""
+
+_RECORDING = r"""
 # json_strings ARG...: a JSON array of the arguments.
 json_strings() {
   awk 'BEGIN {
@@ -283,18 +308,23 @@ case $mode in
 esac
 [ -n "$pids" ] || usage
 
-main=0
+to_init=0
+to_all=0
 json_pids=""
 for p in $pids; do
   n=${p#-}
   n=$(strip_zeros "$n")
   case $p in -*) n="-$n" ;; esac
   json_pids="$json_pids${json_pids:+, }$n"
-  if [ "$n" = 1 ] || [ "$n" = -1 ]; then main=1; fi
+  if [ "$n" = 1 ]; then to_init=1; fi
+  if [ "$n" = -1 ]; then to_all=1; fi
 done
-if [ $main -eq 1 ]; then
+if no_init; then
+  # PID 1 alone: STOP is dropped, TSTP and friends are dropped or handled; CONT still resumes.
+  if [ $to_init -eq 1 ] && [ "$sig_name" = CONT ]; then rm -f "$sandbox/stopped"; fi
+elif [ $to_init -eq 1 ] || [ $to_all -eq 1 ]; then
   case $sig_name in
-    STOP) : > "$sandbox/stopped" ;;
+    STOP) if [ $to_all -eq 1 ]; then : > "$sandbox/stopped"; fi ;;
     TSTP|TTIN|TTOU) handled "$sig_name" "$sig_num" || : > "$sandbox/stopped" ;;
     CONT) rm -f "$sandbox/stopped" ;;
   esac
@@ -344,6 +374,66 @@ exit 1
 """
 
 
+_CAT_PASSTHROUGH = r"""
+# Anything but the container's /proc/1 is the machine's cat, found on PATH without this folder.
+here=$(cd "$(dirname "$0")" && pwd)
+real_path=""
+IFS=:
+for d in $PATH; do
+  if [ -n "$d" ] && [ "$d" != "$here" ]; then real_path="$real_path${real_path:+:}$d"; fi
+done
+unset IFS
+ours=0
+for a in "$@"; do
+  case $a in /proc/1|/proc/1/*) ours=1 ;; esac
+done
+if [ $ours -eq 0 ]; then PATH=$real_path exec cat "$@"; fi
+"""
+
+_CAT = r"""
+# mask N...: the /proc hexadecimal mask of signal numbers 1-31.
+mask() {
+  m=0
+  for n in "$@"; do
+    if [ "$n" -ge 1 ] && [ "$n" -le 31 ]; then m=$((m | (1 << (n - 1)))); fi
+  done
+  printf '%016x' "$m"
+}
+
+handled_numbers() {
+  [ -f "$sandbox/handles" ] || return 0
+  for h in $(tr '[:lower:],;' '[:upper:]  ' < "$sandbox/handles"); do
+    if resolve "$h"; then printf '%s ' "$sig_num"; fi
+  done
+}
+
+status() {
+  state="S (sleeping)"
+  if no_init; then
+    name=main; blocked=$(mask); caught=$(mask $(handled_numbers))
+  else
+    name=tini; caught=$(mask)
+    blocked=$(mask 1 2 3 4 5 6 7 8 10 11 12 13 14 15 16 17 18 20 21 22 23 24 25 26 27 28 29 30 31)
+  fi
+  printf 'Name:\t%s\nUmask:\t0022\nState:\t%s\nTgid:\t1\nNgid:\t0\nPid:\t1\nPPid:\t0\n' \
+    "$name" "$state"
+  printf 'SigQ:\t0/63382\nSigPnd:\t%016x\nShdPnd:\t%016x\n' 0 0
+  printf 'SigBlk:\t%s\nSigIgn:\t%016x\nSigCgt:\t%s\n' "$blocked" 0 "$caught"
+}
+
+rc=0
+for a in "$@"; do
+  case $a in
+    /proc/1/status) status ;;
+    /proc/1/task/1/children) no_init || printf '7 ' ;;
+    /proc/1|/proc/1/*) echo "cat: $a: No such file or directory" >&2; rc=1 ;;
+    *) PATH=$real_path cat "$a" || rc=1 ;;
+  esac
+done
+exit $rc
+"""
+
+
 _POWER = r"""
 record null null "[]"
 echo "$me: recorded by the allocbridge sandbox stand-in; nothing was done" >&2
@@ -353,6 +443,9 @@ exit 0
 
 def script(name: str) -> str:
     """The full text of the stand-in `name`."""
+    head = _HEAD.replace("@NAME@", name)
+    if name == "cat":
+        return head + _CAT_PASSTHROUGH + _SANDBOX + _SIGNAL_TABLE + _CAT
     if name == "kill":
         body = _KILL
     elif name in ("pkill", "killall"):
@@ -361,7 +454,7 @@ def script(name: str) -> str:
         body = _POWER
     else:
         raise ValueError(f"no stand-in named {name!r}")
-    return _PRELUDE.replace("@NAME@", name) + body
+    return head + _SANDBOX + _SIGNAL_TABLE + _RECORDING + body
 
 
 def write_standins(folder: Path) -> Path:

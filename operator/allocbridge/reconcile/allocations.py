@@ -18,7 +18,7 @@ from typing import Any
 
 from kubernetes_asyncio.client.exceptions import ApiException
 
-from allocbridge.actions.lifecycle import Actions, Target
+from allocbridge.actions.lifecycle import ActionError, Actions, Target
 from allocbridge.cluster.resources import Json, Kube
 from allocbridge.model import pods
 from allocbridge.model import schedule as sched
@@ -212,8 +212,14 @@ class Reconciler:
                 continue
             current = str(state.get("paused", ""))
             wanted = sched.settle(current, task.schedule, now)
-            if wanted != current:
+            refused = ((status.get("observed") or {}).get(task.name) or {}).get("pauseRefused")
+            if wanted in (current, refused):
+                continue
+            try:
                 await self.actions.apply_pause(target, task.name, current, wanted, override=False)
+            except ActionError as exc:  # recorded once on the task, not retried every pass
+                log.warning("schedule not followed: %s", exc.message, extra={"task": task.name})
+                await self.actions.refuse_pause(target, task.name, wanted, exc.message)
         return next_check
 
     def _bookkeeping(self, alloc: Json, previous: Json, now: int) -> Json:
