@@ -13,7 +13,7 @@ from collections.abc import Iterable
 
 import pytest
 
-from allocbridge.auth import ALL_NAMESPACES, Caller, PermissionDeniedError
+from allocbridge.auth import ALL_NAMESPACES, AuthUnavailableError, Caller, PermissionDeniedError
 from allocbridge.auth.kubernetes import (
     CLUSTER_WIDE,
     KubernetesAuthorizer,
@@ -305,11 +305,11 @@ async def test_a_failure_to_ask_is_an_error_not_a_denial_and_is_not_cached() -> 
     await auth.check(Caller("tok"), "read-job", "a")
 
 
-async def test_before_credentials_requests_wait_then_are_denied() -> None:
+async def test_before_credentials_requests_wait_then_are_told_to_retry() -> None:
     backend = FakeReviews()
     backend.add("tok", "alice", ("read-job", "a"))
     auth = KubernetesAuthorizer(credentials_wait=0.01)
-    with pytest.raises(PermissionDeniedError, match="credentials are not loaded"):
+    with pytest.raises(AuthUnavailableError, match="credentials are not loaded"):
         await auth.check(Caller("tok"), "read-job", "a")
     auth.credentials_wait = 5.0
     waiting = asyncio.create_task(auth.check(Caller("tok"), "read-job", "a"))

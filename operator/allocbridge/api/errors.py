@@ -1,9 +1,10 @@
 """API errors and the one place that turns them into responses.
 
-Handlers raise `ApiError(status, message)` (or let `PermissionDeniedError` escape from the
-authorizer); `error_middleware` renders both as Nomad does: a plain-text body holding exactly
-the message, `text/plain; charset=utf-8`, no trailing newline. Anything else that escapes a
-handler is an internal fault: logged with its traceback, answered 500 without internals.
+Handlers raise `ApiError(status, message)` (or let `PermissionDeniedError`, 403, or
+`AuthUnavailableError`, 503, escape from the authorizer); `error_middleware` renders them as
+Nomad does: a plain-text body holding exactly the message, `text/plain; charset=utf-8`, no
+trailing newline. Anything else that escapes a handler is an internal fault: logged with its
+traceback, answered 500 without internals.
 """
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ from aiohttp import web
 from aiohttp.typedefs import Handler
 
 from allocbridge.actions.lifecycle import ActionError
-from allocbridge.auth import PermissionDeniedError
+from allocbridge.auth import AuthUnavailableError, PermissionDeniedError
 
 log = logging.getLogger(__name__)
 
@@ -62,6 +63,9 @@ async def error_middleware(request: web.Request, handler: Handler) -> web.Stream
     except PermissionDeniedError as exc:
         log.debug("permission denied", extra=_fields(request, 403, exc.reason))
         return text_response(403, PERMISSION_DENIED)
+    except AuthUnavailableError as exc:
+        log.warning("authorization unavailable", extra=_fields(request, 503, exc.reason))
+        return text_response(503, f"ACL check unavailable: {exc.reason}", {"Retry-After": "1"})
     except ActionError as exc:
         level = logging.ERROR if exc.status >= 500 else logging.DEBUG
         log.log(level, "action failed", extra=_fields(request, exc.status, exc.message))

@@ -49,7 +49,13 @@ from allocbridge.api.errors import ApiError
 from allocbridge.api.ids import parse_alloc_id
 from allocbridge.api.query import go_parse_bool, parse_query
 from allocbridge.api.routing import ALLOC_ID, Endpoint
-from allocbridge.auth import ALLOC_EXEC, ALLOC_NODE_EXEC, Caller, PermissionDeniedError
+from allocbridge.auth import (
+    ALLOC_EXEC,
+    ALLOC_NODE_EXEC,
+    AuthUnavailableError,
+    Caller,
+    PermissionDeniedError,
+)
 from allocbridge.auth import extract_token as header_token
 from allocbridge.cluster.podexec import (
     Channel,
@@ -84,6 +90,7 @@ CLOSE_TIMEOUT: Final = 2.0
 
 POLICY_VIOLATION: Final = int(WSCloseCode.POLICY_VIOLATION)  # 1008
 INTERNAL_ERROR: Final = int(WSCloseCode.INTERNAL_ERROR)  # 1011
+TRY_AGAIN_LATER: Final = int(WSCloseCode.TRY_AGAIN_LATER)  # 1013
 GOING_AWAY: Final = int(WSCloseCode.GOING_AWAY)  # 1001
 
 NOT_UPGRADED: Final = (
@@ -480,6 +487,9 @@ async def _authorize_and_locate(request: web.Request, caller: Caller, task: str)
     except PermissionDeniedError as exc:
         log.debug("exec denied", extra={"path": request.path, "error": exc.reason})
         raise _CloseError(POLICY_VIOLATION, "Permission denied") from None
+    except AuthUnavailableError as exc:
+        log.warning("exec refused: authorization unavailable", extra={"error": exc.reason})
+        raise _CloseError(TRY_AGAIN_LATER, f"ACL check unavailable: {exc.reason}") from None
     state = ((wire.get("TaskStates") or {}).get(task) or {}).get("State", "pending")
     if state == "pending":
         raise _CloseError(POLICY_VIOLATION, f"task {go_quote(task)} not started yet.")

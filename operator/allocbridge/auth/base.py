@@ -8,8 +8,10 @@ Namespace `*` follows Nomad's `AllowNamespaceOperation`: `check(caller, cap, "*"
 `namespace=*` list shows only what the caller may read.
 
 Authentication failures (an unknown or expired token) are denials too: Nomad answers them with
-the same 403 `Permission denied`. Any other exception an authorizer raises (for example the
-Kubernetes API being unreachable) is an internal fault, not a denial.
+the same 403 `Permission denied`. When the decision cannot be made right now (credentials not
+loaded yet, the Kubernetes API unreachable, timing out or overloaded), the authorizer raises
+`AuthUnavailableError` and the API answers 503, so a client retries instead of taking a 403 for
+a verdict. Any other exception is an internal fault, neither a denial nor an outage.
 
 No aiohttp here: the token may come from a header or from the exec WebSocket's first frame, so
 handlers extract it and pass a `Caller`.
@@ -38,6 +40,14 @@ class PermissionDeniedError(Exception):
 
     def __init__(self, reason: str = "Permission denied") -> None:
         # The reason is for logs; the HTTP body is always Nomad's exact `Permission denied`.
+        super().__init__(reason)
+        self.reason = reason
+
+
+class AuthUnavailableError(Exception):
+    """No decision can be made now (the API answers 503); the reason is for logs and the body."""
+
+    def __init__(self, reason: str) -> None:
         super().__init__(reason)
         self.reason = reason
 

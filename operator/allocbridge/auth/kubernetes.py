@@ -13,11 +13,10 @@ Rules:
   in any namespace that exists (only the configured ones when `kubernetes { namespaces }` is
   set). `allowed_namespaces` answers None for a cluster-wide grant, else asks per namespace.
 - Until the process has loaded its Kubernetes credentials nothing can be reviewed: a request
-  waits up to `credentials_wait` seconds for them, then is denied (403; the log says why).
-  403 rather than 503 because the error layer maps exactly `PermissionDeniedError` to a clean
-  answer and anything else to 500; in practice credentials load within the first second.
-- Failures to *ask* (API server down, a timeout, the operator lacking RBAC on the review
-  resources) raise: the API answers 500 and logs it, never a silent allow or deny.
+  waits up to `credentials_wait` seconds for them, then gets `AuthUnavailableError` (503).
+- Failures to *ask* are never a silent allow or deny: an API server that is down, slow or
+  overloaded gives `AuthUnavailableError` (503, try again); anything else (say the operator
+  lacking RBAC on the review resources) raises as it is (500, logged).
 
 Caching: reviews are cached for `ttl` seconds (10 by default) in bounded LRU maps, token
 verdicts per token and decisions per (token, capability, namespace), keyed by a SHA-256 of the
@@ -41,9 +40,20 @@ from typing import Any, Final, Generic, Protocol, TypeVar, cast
 
 from kubernetes_asyncio import client
 
-from allocbridge.auth.base import ALL_NAMESPACES, Caller, Capability, PermissionDeniedError
+from allocbridge.auth.base import (
+    ALL_NAMESPACES,
+    AuthUnavailableError,
+    Caller,
+    Capability,
+    PermissionDeniedError,
+)
 from allocbridge.cluster.connection import Credentials
-from allocbridge.cluster.reviews import ReviewedUser, Reviews, TokenVerdict
+from allocbridge.cluster.reviews import (
+    ReviewedUser,
+    Reviews,
+    ReviewUnavailableError,
+    TokenVerdict,
+)
 
 log = logging.getLogger(__name__)
 
@@ -265,17 +275,28 @@ class KubernetesAuthorizer:
             self._api = None
 
     async def check(self, caller: Caller, capability: Capability, namespace: str) -> None:
-        token, user = await self._authenticate(caller)
-        if namespace == ALL_NAMESPACES:
-            allowed = await self._anywhere(token, user, capability)
-        else:
-            allowed = await self._allowed(token, user, capability, namespace)
+        try:
+            token, user = await self._authenticate(caller)
+            if namespace == ALL_NAMESPACES:
+                allowed = await self._anywhere(token, user, capability)
+            else:
+                allowed = await self._allowed(token, user, capability, namespace)
+        except ReviewUnavailableError as exc:
+            raise AuthUnavailableError(f"cannot review the token now: {exc}") from exc
         if not allowed:
             raise PermissionDeniedError(
                 f"{user.username} may not {capability} allocations in namespace {namespace!r}"
             )
 
     async def allowed_namespaces(
+        self, caller: Caller, capability: Capability, candidates: Iterable[str]
+    ) -> frozenset[str] | None:
+        try:
+            return await self._allowed_namespaces(caller, capability, candidates)
+        except ReviewUnavailableError as exc:
+            raise AuthUnavailableError(f"cannot review the token now: {exc}") from exc
+
+    async def _allowed_namespaces(
         self, caller: Caller, capability: Capability, candidates: Iterable[str]
     ) -> frozenset[str] | None:
         token, user = await self._authenticate(caller)
@@ -296,9 +317,8 @@ class KubernetesAuthorizer:
             try:
                 await asyncio.wait_for(self._ready.wait(), self.credentials_wait)
             except TimeoutError:
-                # Warned, not only logged at debug with the 403: an operator must see why.
-                log.warning("request denied: Kubernetes credentials are not loaded yet")
-                raise PermissionDeniedError(
+                log.warning("request refused: Kubernetes credentials are not loaded yet")
+                raise AuthUnavailableError(
                     "cannot review tokens yet: the Kubernetes credentials are not loaded"
                 ) from None
         assert self._backend is not None  # set together with _ready

@@ -4,22 +4,42 @@ The API authorizer (`allocbridge.auth.kubernetes`) asks Kubernetes two questions
 this bearer token (TokenReview), and may that user do this verb on `allocations` in that
 namespace (SubjectAccessReview). Both are create calls on review resources that store nothing;
 the operator's ClusterRole grants them (manifests/rbac.yaml). Raw JSON, as everywhere in
-`allocbridge.cluster`; failures of the calls themselves (network, HTTP errors) raise, because
-"Kubernetes could not be asked" is not a denial.
+`allocbridge.cluster`; failures of the calls themselves raise, because "Kubernetes could not be
+asked" is not a denial: `ReviewUnavailableError` when trying again later may work (no
+connection, a timeout, a 5xx or 429), the API exception itself otherwise (e.g. the operator
+lacking RBAC on the review resources, a configuration fault).
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Awaitable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Final
 
+import aiohttp
 from kubernetes_asyncio import client
+from kubernetes_asyncio.client.exceptions import ApiException
 
 from allocbridge.cluster.resources import GROUP, PLURAL, raw_json
 
 #: Seconds one review call may take; a slow API server must not park API requests forever.
 REVIEW_TIMEOUT: Final = 10.0
+
+
+class ReviewUnavailableError(Exception):
+    """Kubernetes could not answer a review now; asking again later may work."""
+
+
+async def _answer(call: Awaitable[Any]) -> Any:
+    """The JSON body of a review call; transient failures become ReviewUnavailableError."""
+    try:
+        return await raw_json(call)
+    except ApiException as exc:
+        if exc.status is not None and (exc.status >= 500 or exc.status == 429):
+            raise ReviewUnavailableError(f"the API server answered {exc.status}") from exc
+        raise
+    except (TimeoutError, aiohttp.ClientError, OSError) as exc:
+        raise ReviewUnavailableError(f"the API server is unreachable: {exc!r}") from exc
 
 
 @dataclass(frozen=True)
@@ -56,7 +76,7 @@ class Reviews:
             "kind": "TokenReview",
             "spec": {"token": token},
         }
-        review = await raw_json(
+        review = await _answer(
             self.authentication.create_token_review(
                 body, _preload_content=False, _request_timeout=self.timeout
             )
@@ -103,7 +123,7 @@ class Reviews:
             "kind": "SubjectAccessReview",
             "spec": spec,
         }
-        review = await raw_json(
+        review = await _answer(
             self.authorization.create_subject_access_review(
                 body, _preload_content=False, _request_timeout=self.timeout
             )
@@ -112,7 +132,7 @@ class Reviews:
 
     async def namespaces(self) -> tuple[str, ...]:
         """Names of the namespaces that exist: where a namespace-scoped grant can live."""
-        listed = await raw_json(
+        listed = await _answer(
             self.core.list_namespace(_preload_content=False, _request_timeout=self.timeout)
         )
         return tuple(
