@@ -223,7 +223,9 @@ def authorizer_for(settings: Settings) -> Authorizer:
     if not settings.acl.enabled:
         log.warning("ACLs are disabled: every API request is allowed")
         return AllowAll()
-    return KubernetesAuthorizer(namespaces=settings.kubernetes.namespaces)
+    return KubernetesAuthorizer(
+        namespaces=settings.kubernetes.namespaces, audiences=settings.acl.audiences
+    )
 
 
 def tls_context(listener: ListenerSettings) -> ssl.SSLContext | None:

@@ -70,9 +70,15 @@ class KubernetesSettings:
 
 @dataclass(frozen=True)
 class AclSettings:
-    """`acl { enabled = ... }`: when disabled every request is allowed (the dev default)."""
+    """`acl { enabled, audiences }`: when disabled every request is allowed (the dev default).
+
+    `audiences`: the token audiences accepted; empty means the API server's own audience, so
+    ordinary ServiceAccount tokens work. Set it to accept only tokens minted for allocbridge
+    (`kubectl create token SA --audience allocbridge`).
+    """
 
     enabled: bool = True
+    audiences: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -397,8 +403,17 @@ class _Validator:
         )
 
     def acl(self, block: Mapping[str, Any]) -> AclSettings:
-        self.fields("acl block", block, {"enabled"})
-        return AclSettings(enabled=self.boolean("acl block", block, "enabled", True))
+        where = "acl block"
+        self.fields(where, block, {"enabled", "audiences"})
+        audiences = block.get("audiences", [])
+        if not isinstance(audiences, list) or not all(
+            isinstance(a, str) and a.strip() for a in audiences
+        ):
+            self.problem(f"{where}: audiences", "must be a list of non-empty audience names")
+            audiences = []
+        return AclSettings(
+            enabled=self.boolean(where, block, "enabled", True), audiences=tuple(audiences)
+        )
 
     def log(self, block: Mapping[str, Any]) -> LogSettings:
         where = "log block"
@@ -467,7 +482,10 @@ def render(settings: Settings) -> str:
         f'  exec_image = "{k.exec_image}"',
         "}",
         "",
-        f"acl {{\n  enabled = {str(settings.acl.enabled).lower()}\n}}",
+        "acl {",
+        f"  enabled = {str(settings.acl.enabled).lower()}",
+        "  audiences = [" + ", ".join(f'"{a}"' for a in settings.acl.audiences) + "]",
+        "}",
         "",
         f'log {{\n  format = "{settings.log.format}"\n  level = "{settings.log.level}"\n}}',
     ]

@@ -73,7 +73,9 @@ def eventually(check: Callable[[], Any], timeout: float = 30.0, what: str = "con
 class Operator:
     """One `allocbridge run` process; `restart()` kills it hard and starts it again."""
 
-    def __init__(self, folder: Path, kubeconfig: Path, acl: bool = False) -> None:
+    def __init__(
+        self, folder: Path, kubeconfig: Path, acl: bool = False, audiences: tuple[str, ...] = ()
+    ) -> None:
         self.folder = folder
         self.api_port, self.ops_port = free_port(), free_port()
         self.api = f"http://127.0.0.1:{self.api_port}"
@@ -99,7 +101,10 @@ kubernetes {{
   kubeconfig = "{kubeconfig}"
   standalone = true
 }}
-acl {{ enabled = {str(acl).lower()} }}
+acl {{
+  enabled = {str(acl).lower()}
+  audiences = [{", ".join(f'"{a}"' for a in audiences)}]
+}}
 log {{ level = "info" }}
 """
         )

@@ -548,6 +548,26 @@ def test_tokens_from_each_source(world: World) -> None:
     assert denied(call(api, path, headers={"Authorization": "Basic " + good}))
 
 
+def test_acl_audiences_accept_only_tokens_minted_for_them(world: World, tmp_path: Path) -> None:
+    assert world.sa_kubeconfig is not None
+    folder = tmp_path / "audiences"
+    folder.mkdir()
+    strict = with_namespaces(
+        Operator(folder, world.sa_kubeconfig, acl=True, audiences=("allocbridge",)), [world.a]
+    ).start()
+    try:
+        path = f"/v1/allocations?namespace={world.a}"
+        minted = world.kubectl(
+            "create", "token", "reader-a", "-n", world.a, "--audience", "allocbridge"
+        ).stdout.strip()
+        reply = call(strict.api, path, token=minted)
+        assert reply.status == 200 and reply.json(), reply
+        assert denied(call(strict.api, path, token=world.token("reader-a")))  # API server's aud
+        assert denied(call(world.acl.api, path, token=minted))  # no audiences: the API server's
+    finally:
+        strict.stop()
+
+
 def test_exec_token_from_the_handshake_frame(world: World, routes: set[tuple[str, str]]) -> None:
     skip_unless_routed(Row(EXEC_PATH, "GET", EXEC), routes)
     url = EXEC_PATH.replace("{alloc_id}", world.ids[(world.a, "web")]) + "?" + EXEC_QUERY

@@ -38,7 +38,15 @@ def test_defaults_of_a_minimal_file() -> None:
     assert ops is not None and (ops.host, ops.port) == ("127.0.0.1", 9203)
     assert settings.controller == config.ControllerSettings(name="c1")
     assert settings.acl.enabled is True
+    assert settings.acl.audiences == ()  # the API server's own audience
     assert settings.health_enabled
+
+
+def test_acl_audiences_are_read_and_rendered() -> None:
+    settings = load('acl {\n audiences = ["allocbridge", "nomad"]\n}' + OPEN_LISTENERS)
+    assert settings.acl.audiences == ("allocbridge", "nomad")
+    assert 'audiences = ["allocbridge", "nomad"]' in config.render(settings)
+    assert load(config.render(settings)).acl == settings.acl
 
 
 @pytest.mark.parametrize(
@@ -213,6 +221,16 @@ ERRORS = [
         "acl {\n enabled = 3\n}",
         "acl block: enabled: must be true or false, got 3",
         id="acl-enabled-type",
+    ),
+    pytest.param(
+        'acl {\n audiences = "allocbridge"\n}',
+        "acl block: audiences: must be a list of non-empty audience names",
+        id="acl-audiences-type",
+    ),
+    pytest.param(
+        'acl {\n audiences = ["allocbridge", ""]\n}',
+        "acl block: audiences: must be a list of non-empty audience names",
+        id="acl-audiences-empty",
     ),
     pytest.param(
         'log {\n format = "xml"\n}',

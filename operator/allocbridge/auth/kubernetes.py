@@ -8,7 +8,8 @@ use the operator's own credentials; the caller's token is only ever the subject 
 Rules:
 
 - No token, or one the API server does not authenticate (garbage, expired, its ServiceAccount
-  deleted): denied, 403 `Permission denied`, as Nomad answers any authentication failure.
+  deleted, minted for another audience than `acl { audiences }`): denied, 403 `Permission
+  denied`, as Nomad answers any authentication failure.
 - `check(..., "*")` is Nomad's "allowed in *some* namespace": a cluster-wide grant, or a grant
   in any namespace that exists (only the configured ones when `kubernetes { namespaces }` is
   set). `allowed_namespaces` answers None for a cluster-wide grant, else asks per namespace.
@@ -240,12 +241,14 @@ class KubernetesAuthorizer:
         self,
         *,
         namespaces: Sequence[str] = (),
+        audiences: Sequence[str] = (),
         cache: ReviewCache | None = None,
         backend: ReviewBackend | None = None,
         credentials_wait: float = CREDENTIALS_WAIT,
         wall_clock: Callable[[], float] = time.time,
     ) -> None:
         self.namespaces = tuple(namespaces)  # the watched ones; empty: every namespace
+        self.audiences = tuple(audiences)  # accepted token audiences; empty: the API server's
         self.cache = cache or ReviewCache()
         self.credentials_wait = credentials_wait
         self.wall_clock = wall_clock
@@ -262,7 +265,7 @@ class KubernetesAuthorizer:
         if self._backend is not None:
             return
         self._api = credentials.api_client()
-        self.use(Reviews(self._api))
+        self.use(Reviews(self._api, audiences=self.audiences))
         log.info("API requests are authorized by Kubernetes token and access reviews")
 
     def use(self, backend: ReviewBackend) -> None:

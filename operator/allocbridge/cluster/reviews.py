@@ -63,19 +63,25 @@ class TokenVerdict:
 class Reviews:
     """The review calls on one ApiClient (bound to the caller's event loop)."""
 
-    def __init__(self, api: client.ApiClient, *, timeout: float = REVIEW_TIMEOUT) -> None:
+    def __init__(
+        self,
+        api: client.ApiClient,
+        *,
+        timeout: float = REVIEW_TIMEOUT,
+        audiences: tuple[str, ...] = (),
+    ) -> None:
         self.timeout = timeout
+        self.audiences = audiences  # empty: the API server's own audience
         # Typed as Any: raw JSON bodies in and out, which the generated stubs do not model.
         self.authentication: Any = client.AuthenticationV1Api(api)
         self.authorization: Any = client.AuthorizationV1Api(api)
         self.core: Any = client.CoreV1Api(api)
 
     async def authenticate(self, token: str) -> TokenVerdict:
-        body = {
-            "apiVersion": "authentication.k8s.io/v1",
-            "kind": "TokenReview",
-            "spec": {"token": token},
-        }
+        spec: dict[str, Any] = {"token": token}
+        if self.audiences:
+            spec["audiences"] = list(self.audiences)
+        body = {"apiVersion": "authentication.k8s.io/v1", "kind": "TokenReview", "spec": spec}
         review = await _answer(
             self.authentication.create_token_review(
                 body, _preload_content=False, _request_timeout=self.timeout
@@ -85,6 +91,10 @@ class Reviews:
         user = status.get("user") or {}
         if not status.get("authenticated") or not user.get("username"):
             return TokenVerdict(None, str(status.get("error") or "token not authenticated"))
+        # An authenticator that ignores audiences answers none; TokenReview's contract says
+        # the client must then not trust the token for its own audiences.
+        if self.audiences and not set(status.get("audiences") or ()) & set(self.audiences):
+            return TokenVerdict(None, f"token is not meant for audiences {list(self.audiences)}")
         extra = {
             str(key): tuple(str(v) for v in values or ())
             for key, values in (user.get("extra") or {}).items()
