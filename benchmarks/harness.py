@@ -18,6 +18,7 @@ import contextlib
 import json
 import os
 import platform
+import re
 import signal
 import socket
 import ssl
@@ -43,6 +44,8 @@ CLIENT_SA: Final = "bench-client"
 SYSTEM_NS: Final = "allocbridge-system"
 
 Json = dict[str, Any]
+
+_LABEL: Final = re.compile(r'(\w+)="([^"]*)"')
 
 
 class BenchError(RuntimeError):
@@ -222,6 +225,24 @@ class Kube:
 
     async def get(self, path: str) -> Json:
         return await self.request("GET", path)
+
+    async def requests_served(self) -> dict[str, int]:
+        """Requests the API server has answered so far (its `apiserver_request_total`), by
+        `VERB resource[/subresource]`."""
+        async with self.session.get(self.server + "/metrics") as response:
+            text = await response.text()
+        counts: dict[str, int] = {}
+        for line in text.splitlines():
+            if line.startswith("apiserver_request_total{"):
+                labels = dict(_LABEL.findall(line))
+                name = labels.get("resource", "") + (
+                    "/" + labels["subresource"] if labels.get("subresource") else ""
+                )
+                code = labels.get("code", "")
+                failed = "" if code.startswith("2") else f" ({code})"
+                key = f"{labels.get('verb', '')} {name}{failed}"
+                counts[key] = counts.get(key, 0) + int(float(line.rsplit(" ", 1)[1]))
+        return counts
 
     async def post(self, path: str, body: Any) -> Json:
         return await self.request("POST", path, body)

@@ -123,6 +123,17 @@ def _ready_replicas(count: int) -> Callable[[dict[str, Json]], bool]:
     return done
 
 
+def _since(before: dict[str, int], after: dict[str, int], what: str) -> int:
+    """Requests answered between two readings; the busiest kinds go to the progress log."""
+    delta = {key: after[key] - before.get(key, 0) for key in after}
+    busiest = sorted(((n, key) for key, n in delta.items() if n > 0), reverse=True)[:8]
+    log(
+        f"reconcile: API server requests during {what}: "
+        + ", ".join(f"{k} {n}" for n, k in busiest)
+    )
+    return sum(delta.values())
+
+
 async def measure(bench: Bench, namespace: str, count: int) -> list[Row]:
     await bench.ensure_namespace(RS_NAMESPACE)
     await bench.ensure_namespace(namespace)
@@ -135,7 +146,9 @@ async def measure(bench: Bench, namespace: str, count: int) -> list[Row]:
     async def create_rs() -> None:
         await bench.api.post(rs_path, replica_set(count))
 
+    served = await bench.api.requests_served()
     rs_seconds, _ = await _timed(bench, rs_path, _ready_replicas(count), create_rs)
+    rs_requests = _since(served, await bench.api.requests_served(), "ReplicaSet")
     log(f"reconcile: ReplicaSet ready in {rs_seconds:.1f}s; deleting it")
     await bench.api.delete(f"{rs_path}/bench-rs", {"propagationPolicy": "Background"})
     await bench.api.wait_gone(pods_rs, patience=TIMEOUT)
@@ -149,7 +162,9 @@ async def measure(bench: Bench, namespace: str, count: int) -> list[Row]:
 
         await gather_limited(count, one)
 
+    served = await bench.api.requests_served()
     seconds, issued = await _timed(bench, path, _running(count), create_allocations)
+    requests = _since(served, await bench.api.requests_served(), "Allocations")
     log(f"reconcile: all running in {seconds:.1f}s; deleting them")
     await bench.api.request("DELETE", path, ok=(200,))
     await bench.api.wait_gone(path, patience=TIMEOUT)
@@ -166,6 +181,9 @@ async def measure(bench: Bench, namespace: str, count: int) -> list[Row]:
             f"ReplicaSet of {count:,} pods until {count:,} ready",
             rs_seconds,
             goals=(within(RATIO_GOAL),),
-            note=f"creating the {count:,} objects took {issued:.1f} s of it",
+            note=(
+                f"creating the {count:,} objects took {issued:.1f} s of it; API server "
+                f"requests {requests / count:.1f} vs {rs_requests / count:.1f} per pod"
+            ),
         )
     ]

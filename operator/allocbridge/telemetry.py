@@ -49,7 +49,13 @@ class Metrics:
 
 
 def request_metrics(metrics: Metrics, listener: str) -> Middleware:
-    """An aiohttp middleware counting requests by route (the pattern, not the raw path)."""
+    """An aiohttp middleware counting requests by route (the pattern, not the raw path).
+
+    The labelled children are looked up once per label set and kept: `labels()` costs more
+    than the count itself, on every request (a paging walk makes a hundred).
+    """
+    counters: dict[tuple[str, str, int], Counter] = {}
+    histograms: dict[str, Histogram] = {}
 
     @web.middleware
     async def middleware(request: web.Request, handler: Handler) -> web.StreamResponse:
@@ -64,8 +70,17 @@ def request_metrics(metrics: Metrics, listener: str) -> Middleware:
             code = exc.status
             raise
         finally:
-            metrics.requests.labels(listener, route, request.method, str(code)).inc()
-            metrics.latency.labels(listener, route).observe(time.perf_counter() - started)
+            key = (route, request.method, code)
+            counter = counters.get(key)
+            if counter is None:
+                counter = counters[key] = metrics.requests.labels(
+                    listener, route, request.method, str(code)
+                )
+            counter.inc()
+            histogram = histograms.get(route)
+            if histogram is None:
+                histogram = histograms[route] = metrics.latency.labels(listener, route)
+            histogram.observe(time.perf_counter() - started)
 
     return middleware
 

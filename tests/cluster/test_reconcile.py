@@ -294,6 +294,31 @@ def test_operator_killed_mid_reconcile_converges_to_one_pod(
     assert sorted(p["metadata"]["name"] for p in pods) == sorted(names)
 
 
+def test_pod_deleted_while_the_operator_is_down_is_noticed_after_a_restart(
+    operator: Operator, kubectl: Any, namespace: str
+) -> None:
+    """The restarted operator knows nothing but what its watches list: a pod missing from
+    that list is read before it counts as vanished, and then it does."""
+    restart = {"attempts": 2, "interval": "10m", "delay": "1s", "mode": "fail"}
+    kubectl.apply(alloc_manifest("orphaned", namespace, restart=restart))
+    wait_status(kubectl, namespace, "orphaned", "running")
+    first_uid = kubectl.json("get", "pod", "orphaned", "-n", namespace)["metadata"]["uid"]
+    operator.kill()
+    kubectl("delete", "pod", "orphaned", "-n", namespace)
+    operator.start()
+    state = eventually(
+        lambda: (
+            (s := status(kubectl, namespace, "orphaned"))["taskStates"]["main"]["restarts"] == 1
+            and s["clientStatus"] == "running"
+            and s
+        ),
+        what="the vanished pod counted as a restart, and a new pod",
+    )
+    assert "Restarting" in event_types(state, "main")
+    pods = pods_of(kubectl, namespace)
+    assert len(pods) == 1 and pods[0]["metadata"]["uid"] != first_uid
+
+
 def test_operator_runs_without_admin_rights(operator: Operator) -> None:
     """The fixture's kubeconfig holds only the shipped ServiceAccount's token."""
     config = yaml.safe_load(Path(operator.config.parent / "kubeconfig").read_text())

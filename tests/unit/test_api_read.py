@@ -13,6 +13,7 @@ import pytest
 from aiohttp.test_utils import TestClient, TestServer
 from allocations_fixture import SAMPLE, alloc_id, sample_store, stored
 
+from allocbridge.api import allocations
 from allocbridge.api.server import create_app
 from allocbridge.auth import (
     ALL_NAMESPACES,
@@ -241,6 +242,22 @@ async def test_list_pages_with_tokens_in_both_headers(client: TestClient[Any, An
         assert int(next_first[0]) > 0 and next_first[1] not in seen
     assert pages == 2
     assert sorted(seen) == sorted(DEFAULT_IDS)
+
+
+@pytest.mark.parametrize("task_states", ["true", "false"])
+async def test_a_large_list_is_streamed_with_the_same_bytes_and_length(
+    client: TestClient[Any, Any], monkeypatch: pytest.MonkeyPatch, task_states: str
+) -> None:
+    path = f"/v1/allocations?namespace=*&task_states={task_states}"
+    whole = await (await client.get(path)).read()
+    monkeypatch.setattr(allocations, "STREAM_BYTES", 700)  # a few stubs per piece
+    response = await client.get(path)
+    streamed = await response.read()
+    assert streamed == whole
+    assert response.headers["Content-Length"] == str(len(whole))
+    assert response.headers["Content-Type"] == "application/json"
+    assert response.headers["X-Nomad-Index"]
+    assert len(json.loads(streamed)) == len(SAMPLE)
 
 
 async def test_list_pages_with_prefix_use_id_tokens(client: TestClient[Any, Any]) -> None:

@@ -352,3 +352,20 @@ async def test_wait_synced() -> None:
     other = AllocationStore()
     other.mark_synced()
     assert await other.wait_synced(0)
+
+
+def test_sorted_index_long_scans_are_lazy_snapshots_in_both_directions() -> None:
+    index: SortedIndex[tuple[int, str], int] = SortedIndex()
+    for n in range(1000):
+        index.put((n, "x"), n)
+    forward = index.scan(start=(100, "x"))
+    backward = index.scan(start=(899, "x"), reverse=True)
+    index.discard((500, "x"))
+    index.put((2000, "x"), 2000)
+    assert list(forward) == list(range(100, 1000))
+    assert list(backward) == list(range(899, -1, -1))
+    assert list(index.scan(lower=(10, ""), upper=(990, ""))) == [
+        n for n in range(10, 990) if n != 500
+    ]
+    assert next(index.scan(reverse=True)) == 2000
+    assert len(index) == 1000

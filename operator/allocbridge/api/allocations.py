@@ -12,6 +12,7 @@ never runs on, nor fails because of, an allocation the caller may not read.
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import Final
 
 from aiohttp import web
 
@@ -24,9 +25,12 @@ from allocbridge.api.render import json_response, meta_headers, render
 from allocbridge.api.routing import Endpoint
 from allocbridge.auth import ALL_NAMESPACES, READ_JOB
 from allocbridge.model.filter import FilterEvaluationError, FilterSyntaxError, compile_filter
-from allocbridge.store import Page, StoredAllocation, list_page
+from allocbridge.store import Page, StoredAllocation, list_page, stub_jsons
 
 Predicate = Callable[[StoredAllocation], bool]
+
+#: Bodies larger than this go out in pieces of about this size (see `_send_stubs`).
+STREAM_BYTES: Final = 1 << 20
 
 
 async def list_allocations(request: web.Request) -> web.StreamResponse:
@@ -62,8 +66,11 @@ async def list_allocations(request: web.Request) -> web.StreamResponse:
         index, page = await blocking_query(store, query, run)
     except FilterEvaluationError as exc:
         raise ApiError(400, f"failed to read result page: {exc}") from exc
-    body = _body(page.items, fields, pretty=query.pretty)
-    return json_response(body, headers=meta_headers(index, next_token=page.next_token))
+    headers = meta_headers(index, next_token=page.next_token)
+    if query.pretty:
+        return json_response(_pretty_body(page.items, fields), headers=headers)
+    stubs = stub_jsons(page.items, task_states=fields.task_states, resources=fields.resources)
+    return await _send_stubs(request, stubs, headers)
 
 
 def _predicate(expression: str, allowed: frozenset[str] | None) -> Predicate | None:
@@ -87,20 +94,41 @@ def _predicate(expression: str, allowed: frozenset[str] | None) -> Predicate | N
     return lambda alloc: alloc.namespace in allowed and both(alloc.filter_datum)
 
 
-def _body(items: list[StoredAllocation], fields: StubFields, *, pretty: bool) -> bytes:
-    """The JSON array: joined pre-rendered stubs, or (pretty) one indented document."""
-    if pretty:
-        stubs = [
-            alloc.stub_dict(task_states=fields.task_states, resources=fields.resources)
-            for alloc in items
-        ]
-        return render(stubs, pretty=True)
-    task_states, resources = fields.task_states, fields.resources
-    return (
-        b"["
-        + b",".join([a.stub_json(task_states=task_states, resources=resources) for a in items])
-        + b"]"
-    )
+def _pretty_body(items: list[StoredAllocation], fields: StubFields) -> bytes:
+    stubs = [
+        alloc.stub_dict(task_states=fields.task_states, resources=fields.resources)
+        for alloc in items
+    ]
+    return render(stubs, pretty=True)
+
+
+async def _send_stubs(
+    request: web.Request, stubs: list[bytes], headers: dict[str, str]
+) -> web.StreamResponse:
+    """The JSON array of pre-rendered stubs: one body when small, else streamed in pieces.
+
+    A list of 10,000 is 8-30 MB; joined whole it exists twice per client at once (the joined
+    body, then the transport's copy of what the socket did not take yet), which made the
+    replica's peak memory jump while a few clients listed everything. In pieces, each client
+    holds about one piece; the length is known up front, so clients still get Content-Length.
+    """
+    if not stubs:
+        return json_response(b"[]", headers=headers)
+    stubs[0] = b"[" + stubs[0]
+    stubs[-1] += b"]"
+    size = sum(map(len, stubs)) + len(stubs) - 1
+    if size <= STREAM_BYTES:
+        return json_response(b",".join(stubs), headers=headers)
+    response = web.StreamResponse(headers=headers)
+    response.content_type = "application/json"
+    response.content_length = size
+    await response.prepare(request)
+    per_piece = max(1, len(stubs) * STREAM_BYTES // size)
+    await response.write(b",".join(stubs[:per_piece]))
+    for start in range(per_piece, len(stubs), per_piece):
+        await response.write(b",".join([b"", *stubs[start : start + per_piece]]))
+    await response.write_eof()
+    return response
 
 
 ENDPOINTS = [Endpoint("/v1/allocations", {"GET": list_allocations})]

@@ -121,16 +121,6 @@ class Kube:
             raise
         return True
 
-    async def pod_events(self, namespace: str, pod_uid: str) -> list[Json]:
-        body = await raw_json(
-            self.core.list_namespaced_event(
-                namespace,
-                field_selector=f"involvedObject.uid={pod_uid}",
-                _preload_content=False,
-            )
-        )
-        return cast(list[Json], body.get("items", []))
-
     async def node_uid(self, name: str) -> str | None:
         try:
             node = await raw_json(self.core.read_node(name, _preload_content=False))

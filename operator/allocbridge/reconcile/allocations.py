@@ -1,10 +1,29 @@
 """Reconciles one Allocation at a time onto its pod, level-triggered.
 
-Watch events for an Allocation, its pod or the pod's Kubernetes Events only mark the allocation
-dirty; one worker per allocation then reads the current objects and applies
-`allocbridge.model.status.derive`. Bursts coalesce into one pass, passes for one allocation never
-overlap, and every pass starts from what the API server says now, so an operator restarted
-half-way simply converges (the pod's name is fixed, so creating it twice is impossible).
+Watch events for an Allocation, its pod or the pod's Kubernetes Events update `Observed` (the
+latest body of each) and mark the allocation dirty; one worker per allocation then applies
+`allocbridge.model.status.derive` to what was observed. Bursts coalesce into one pass and
+passes for one allocation never overlap. Passes read memory, not the API server, which is the
+bottleneck when hundreds of allocations start at once; where memory may be behind, they ask:
+
+- an allocation that is not observed is read (GET);
+- a pod that is not observed although the status says one was created is read, so a slow pod
+  watch never looks like a vanished pod; so is every pod on a pass caused by a (re-)list, which
+  is how Kopf resumes after a pause, when deletions may have been missed;
+- a status write conflict (409) or a 404 drops what was observed, and the next pass reads.
+
+Every write's response goes back into `Observed`, so a pass never works from something older
+than its own last write. The pod's name is fixed, so creating it twice is impossible; an
+operator restarted half-way lists everything again and converges.
+
+Status writes are coalesced: a change that only adds information (the node, task events, the
+bookkeeping of what was seen, the first write of a pending allocation) waits up to `coalesce`
+seconds for the next change that matters (a task or client status, a stop, a restart), and
+goes out with it in one PATCH: a pod that starts within that time costs a single status write.
+Later passes derive from the held-back status, so nothing a pass added is lost, unless someone
+else writes the status meanwhile (then the pass starts again from what is written). The price:
+an operator that dies within those seconds has not written what it held, so a pod deleted while
+no operator runs is replaced without a restart being counted.
 """
 
 from __future__ import annotations
@@ -31,10 +50,61 @@ from allocbridge.model.status import (
     validation_failed,
 )
 from allocbridge.model.validation import parse_and_validate
+from allocbridge.reconcile.observed import Observed, key_of
 
 log = logging.getLogger(__name__)
 
 Key = tuple[str, str]  # (namespace, allocation name)
+
+#: Seconds an informational status change may wait to be written with the next one: long
+#: enough to cover a pod's way from created to running on a busy API server (when the node,
+#: the Scheduled event and the start would otherwise be three writes), short enough that an
+#: image pull error still shows within seconds.
+DEFAULT_COALESCE = 5.0
+
+#: Status keys (top level) whose changes alone need no immediate write; in `taskStates`, a
+#: task whose only change is new events needs none either.
+_INFORMATIONAL = frozenset({"nodeName", "nodeID", "seenEvents", "observed", "modifyTime"})
+
+#: What the first write of a pending allocation may hold besides: its bookkeeping and the
+#: initial pending status, which is what the API shows for an allocation without a status.
+_FIRST = _INFORMATIONAL | {
+    "createIndex",
+    "createTime",
+    "desiredStatus",
+    "podCreated",
+    "podName",
+    "clientStatus",
+    "clientDescription",
+    "taskStates",
+}
+
+
+def urgent(patch: Mapping[str, Any], previous: Mapping[str, Any]) -> bool:
+    """Whether a status merge patch changes something a client waits for, not just adds detail.
+
+    The first write of an allocation that is still pending, when nothing else has written its
+    status, is not urgent either: until it lands the API already shows it pending, and the
+    CreateIndex it records is the object's version, which the API shows meanwhile.
+    """
+    if not previous and "createIndex" in patch:
+        return not (
+            set(patch) <= _FIRST
+            and patch.get("clientStatus", "pending") == "pending"
+            and patch.get("desiredStatus", "run") == "run"
+            and all(
+                isinstance(task, Mapping) and task.get("state", "pending") == "pending"
+                for task in (patch.get("taskStates") or {}).values()
+            )
+        )
+    for key, value in patch.items():
+        if key == "taskStates" and isinstance(value, Mapping):
+            for task in value.values():
+                if not isinstance(task, Mapping) or set(task) - {"events"}:
+                    return True
+        elif key not in _INFORMATIONAL:
+            return True
+    return False
 
 
 def kube_event(event: Mapping[str, Any]) -> KubeEvent:
@@ -64,40 +134,103 @@ class Reconciler:
     """Coalescing, per-allocation reconciliation workers."""
 
     def __init__(
-        self, kube: Kube, settings: pods.PodSettings, actions: Actions | None = None
+        self,
+        kube: Kube,
+        settings: pods.PodSettings,
+        actions: Actions | None = None,
+        *,
+        coalesce: float = DEFAULT_COALESCE,
     ) -> None:
         self.kube = kube
         self.settings = settings
         self.actions = actions
+        self.coalesce = coalesce
+        self.observed = Observed()
         self.dirty: set[Key] = set()
         self.workers: dict[Key, asyncio.Task[None]] = {}
         self.timers: dict[Key, asyncio.TimerHandle] = {}
         self.node_uids: dict[str, str] = {}
-        self.known: set[Key] = set()  # allocations seen, so pod Events can find theirs
         # The resourceVersion each allocation's last status write produced: the watch event
         # of that version only echoes what this reconciler wrote, so it needs no pass.
         self.written: dict[Key, str] = {}
+        self.verify: set[Key] = set()  # next pass reads the pod: it was (re-)listed
+        # Held-back status writes: (loop time by which it must go out, the resourceVersion it
+        # was derived from, the status). The next pass derives from it, not from the written
+        # status, so what one pass added (events of a transition) is never derived away.
+        self.held: dict[Key, tuple[float, str, Json]] = {}
+        self.first_versions: dict[Key, int] = {}  # createIndex of allocations not written yet
+        # Parsed specs by allocation, with the (uid, generation) they were parsed from.
+        self.specs: dict[Key, tuple[tuple[str, Any], AllocationSpec | None, list[str]]] = {}
 
-    def allocation_changed(self, namespace: str, name: str, resource_version: str | None) -> None:
+    # -- watch events (Kopf's handlers in `runner`) ---------------------------------------
+
+    def allocation_event(self, event_type: str | None, body: Json) -> None:
         """An Allocation watch event: a pass, unless it is the echo of our own last write."""
-        key = (namespace, name)
-        if resource_version is None or self.written.get(key) != resource_version:
-            self.schedule(namespace, name)
+        key = key_of(body)
+        if event_type == "DELETED":
+            self.observed.drop_allocation(body)
+            self._forget(key)
+            return  # the pod goes with it through its owner reference
+        self.observed.put_allocation(body)
+        if event_type is None:  # listed: Kopf started or resumed watching
+            self.verify.add(key)
+        version = (body.get("metadata") or {}).get("resourceVersion")
+        if version is None or self.written.get(key) != version:
+            self.schedule(*key)
+
+    def pod_event(self, event_type: str | None, body: Json, allocation: str) -> None:
+        """A watch event of a pod this operator manages, owned by Allocation `allocation`."""
+        if event_type == "DELETED":
+            self.observed.drop_pod(body)
+        else:
+            self.observed.put_pod(body)
+        key = (key_of(body)[0], allocation)
+        if self.observed.knows(key):
+            self.schedule(*key)
+
+    def kubernetes_event(self, event_type: str | None, body: Mapping[str, Any]) -> None:
+        """A Kubernetes Event about a pod; kept by the pod's uid, whosever the pod is (the
+        Event may arrive before the pod), and a pass for the allocation of that name."""
+        involved = body.get("involvedObject") or {}
+        pod_uid = str(involved.get("uid") or "")
+        if event_type == "DELETED":
+            self.observed.drop_event(pod_uid, str((body.get("metadata") or {}).get("uid", "")))
+            return
+        self.observed.put_event(pod_uid, kube_event(body))
+        key = (str(involved.get("namespace") or ""), str(involved.get("name") or ""))
+        if self.observed.knows(key):
+            self.schedule(*key)
+
+    def _forget(self, key: Key) -> None:
+        """Drop what is kept per allocation, once it is gone."""
+        self.written.pop(key, None)
+        self.verify.discard(key)
+        self.held.pop(key, None)
+        self.first_versions.pop(key, None)
+        self.specs.pop(key, None)
+
+    # -- passes ---------------------------------------------------------------------------
 
     def schedule(self, namespace: str, name: str, delay: float = 0.0) -> None:
-        """Ask for a pass over `namespace/name` now, or after `delay` seconds."""
+        """Ask for a pass over `namespace/name` now, or after `delay` seconds (a pending timer
+        that fires sooner is kept: a pass is level-triggered, an early one does no harm)."""
         key = (namespace, name)
-        self.known.add(key)
         if delay > 0:
-            timer = self.timers.pop(key, None)
-            if timer:
-                timer.cancel()
             loop = asyncio.get_running_loop()
-            self.timers[key] = loop.call_later(delay, self.schedule, namespace, name)
+            timer = self.timers.get(key)
+            if timer is not None and not timer.cancelled():
+                if timer.when() <= loop.time() + delay:
+                    return
+                timer.cancel()
+            self.timers[key] = loop.call_later(delay, self._due, namespace, name)
             return
         self.dirty.add(key)
         if key not in self.workers:
             self.workers[key] = asyncio.create_task(self._work(key), name=f"reconcile {key}")
+
+    def _due(self, namespace: str, name: str) -> None:
+        self.timers.pop((namespace, name), None)
+        self.schedule(namespace, name)
 
     async def _work(self, key: Key) -> None:
         try:
@@ -106,10 +239,12 @@ class Reconciler:
                 try:
                     await self.reconcile(*key)
                 except ApiException as exc:
-                    if exc.status == 409:  # a concurrent write: read again and retry
-                        self.dirty.add(key)
-                        continue
-                    if exc.status == 404:  # deleted while we worked: nothing left to do
+                    if exc.status in (404, 409):
+                        # A concurrent write (read again and retry) or deleted while we
+                        # worked (the read says so): what was observed is out of date.
+                        self.observed.forget_allocation(key)
+                        if exc.status == 409:
+                            self.dirty.add(key)
                         continue
                     log.warning(
                         "reconcile failed; retrying",
@@ -131,34 +266,40 @@ class Reconciler:
 
     async def reconcile(self, namespace: str, name: str) -> None:
         log.debug("reconcile pass", extra={"allocation": f"{namespace}/{name}"})
-        alloc = await self.kube.get_allocation(namespace, name)
+        key = (namespace, name)
+        alloc = self.observed.allocation(key)
+        if alloc is None:
+            alloc = await self.kube.get_allocation(namespace, name)
+            if alloc is not None:
+                self.observed.put_allocation(alloc)
         if alloc is None or alloc["metadata"].get("deletionTimestamp"):
-            self.known.discard((namespace, name))
-            self.written.pop((namespace, name), None)
+            self._forget(key)
             return  # deleted: the pod goes with it through its owner reference
         meta = alloc["metadata"]
-        previous: Json = alloc.get("status") or {}
+        written: Json = alloc.get("status") or {}
+        previous = self._base(key, meta, written)
         now = time.time_ns()
         bookkeeping = self._bookkeeping(alloc, previous, now)
-        spec, found = parse_and_validate(alloc.get("spec") or {})
-        problems = [str(p) for p in found]
+        spec, problems = self._spec(alloc)
         if spec is None or problems:
             if previous.get("clientStatus") != "failed":
                 names = [t.get("name", "task") for t in (alloc.get("spec") or {}).get("tasks", [])]
                 status = {**bookkeeping, **validation_failed(names, problems, now)}
-                await self._write(alloc, previous, status)
-                log.info("allocation failed validation", extra={"problems": problems})
+                await self._write(alloc, written, status)
+                log.info(
+                    "allocation failed validation",
+                    extra={"allocation": f"{namespace}/{name}", "problems": problems},
+                )
             return
 
-        pod = await self.kube.get_pod(namespace, name)
+        pod = await self._pod(key, previous)
         if pod is not None and not _owned_by(pod, meta["uid"]):
             log.warning("a pod of the allocation's name belongs to something else; waiting")
             self.schedule(namespace, name, delay=5.0)
             return
         events: list[KubeEvent] = []
         if pod is not None:
-            pod_events = await self.kube.pod_events(namespace, pod["metadata"]["uid"])
-            events = [kube_event(e) for e in pod_events]
+            events = self.observed.pod_events(pod["metadata"]["uid"])
         decision = derive(spec, {**previous, **bookkeeping}, pod, now, events)
         log.debug(
             "reconciled",
@@ -172,6 +313,10 @@ class Reconciler:
         )
         status = decision.status
         if pod is not None:
+            # Recorded from the pod that exists, not only when this pass created it: the write
+            # of the pass that created it may have been held back and merged into this one.
+            status["podCreated"] = True
+            status["podName"] = name
             await self._node(status, pod)
 
         if decision.create_pod:
@@ -181,12 +326,23 @@ class Reconciler:
             created = await self.kube.create_pod(namespace, body)
             status["podCreated"] = True
             status["podName"] = name
-            log.info("created pod" if created else "pod exists already", extra={"pod": name})
+            log.info(
+                "created pod" if created else "pod exists already",
+                extra={"allocation": f"{namespace}/{name}", "pod": name},
+            )
+            if created is None:  # not observed yet: read it, and look again with it
+                existing = await self.kube.get_pod(namespace, name)
+                if existing is not None:
+                    self.observed.put_pod(existing)
+                self.schedule(namespace, name)
+            else:
+                self.observed.put_pod(created)
         if decision.delete_pod and pod is not None:
             await self.kube.delete_pod(
                 namespace, name, pods.termination_grace_seconds(spec), uid=pod["metadata"]["uid"]
             )
-        await self._write(alloc, previous, status)
+        await self._write(alloc, written, status)
+        self.verify.discard(key)
         boundary = await self._follow_schedules(alloc, spec, status)
         if boundary is not None:
             decision.requeue_after = min(decision.requeue_after or boundary, boundary)
@@ -222,13 +378,47 @@ class Reconciler:
                 await self.actions.refuse_pause(target, task.name, wanted, exc.message)
         return next_check
 
+    async def _pod(self, key: Key, previous: Json) -> Json | None:
+        """The allocation's pod as observed; read when memory may be behind (see the module
+        docstring): on a pass after a (re-)list, or when a pod should exist but is not seen."""
+        pod = self.observed.pod(key)
+        expected = previous.get("podCreated") or previous.get("recreatePod")
+        if key not in self.verify and (pod is not None or not expected):
+            return pod
+        found = await self.kube.get_pod(*key)
+        if found is not None:
+            self.observed.put_pod(found)
+        elif pod is not None:
+            self.observed.drop_pod(pod)
+        return found
+
+    def _spec(self, alloc: Json) -> tuple[AllocationSpec | None, list[str]]:
+        """The parsed and validated spec, once per object: the spec is immutable (the CRD
+        refuses changes), and parsing it was a third of a pass's CPU."""
+        meta = alloc["metadata"]
+        key = (meta["namespace"], meta["name"])
+        version = (str(meta.get("uid", "")), meta.get("generation"))
+        cached = self.specs.get(key)
+        if cached is not None and cached[0] == version:
+            return cached[1], cached[2]
+        spec, found = parse_and_validate(alloc.get("spec") or {})
+        problems = [str(p) for p in found]
+        self.specs[key] = (version, spec, problems)
+        return spec, problems
+
     def _bookkeeping(self, alloc: Json, previous: Json, now: int) -> Json:
         """Fields recorded once, at first observation (design.md: CreateIndex)."""
         meta = alloc["metadata"]
+        key = (meta["namespace"], meta["name"])
         out: Json = {}
         if "createIndex" not in previous:
-            out["createIndex"] = int(meta["resourceVersion"])
+            # The version first observed, even if the write that records it is held back
+            # while others write the object.
+            first = self.first_versions.setdefault(key, int(meta["resourceVersion"]))
+            out["createIndex"] = first
             out["createTime"] = parse_time_ns(meta.get("creationTimestamp")) or now
+        else:
+            self.first_versions.pop(key, None)
         if "desiredStatus" not in previous:
             out["desiredStatus"] = "run"
         return out
@@ -244,18 +434,40 @@ class Reconciler:
         status["nodeName"] = node
         status["nodeID"] = self.node_uids.get(node, "")
 
-    async def _write(self, alloc: Json, previous: Json, status: Json) -> None:
-        patch = merge_patch(previous, status)
-        if not patch:
-            return
-        patch["modifyTime"] = time.time_ns()
+    def _base(self, key: Key, meta: Json, written: Json) -> Json:
+        """The status a pass derives from: the held-back one if it was derived from the
+        object as it is now, else (someone else wrote meanwhile) what is written."""
+        held = self.held.get(key)
+        if held is not None and held[1] == meta["resourceVersion"]:
+            return held[2]
+        self.held.pop(key, None)
+        return written
+
+    async def _write(self, alloc: Json, written: Json, status: Json) -> None:
+        """PATCH the status change, or hold back an informational one (see `coalesce`)."""
         meta = alloc["metadata"]
+        key = (meta["namespace"], meta["name"])
+        patch = merge_patch(written, status)
+        if not patch:
+            self.held.pop(key, None)
+            return
+        if self.coalesce > 0 and not urgent(patch, written):
+            now = asyncio.get_running_loop().time()
+            held = self.held.get(key)
+            due = held[0] if held is not None else now + self.coalesce
+            if due > now:
+                self.held[key] = (due, meta["resourceVersion"], status)
+                self.schedule(*key, delay=due - now)
+                return
+        self.held.pop(key, None)
+        patch["modifyTime"] = time.time_ns()
         written = await self.kube.patch_allocation_status(
             meta["namespace"], meta["name"], patch, meta["resourceVersion"]
         )
+        self.observed.put_allocation(written)
         version = (written.get("metadata") or {}).get("resourceVersion")
         if version:
-            self.written[(meta["namespace"], meta["name"])] = str(version)
+            self.written[key] = str(version)
 
 
 def _owned_by(pod: Json, uid: str) -> bool:

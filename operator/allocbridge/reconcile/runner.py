@@ -55,32 +55,45 @@ def build_registry(credentials: Credentials, settings: KubernetesSettings) -> ko
         if api is not None:
             await api.close()
 
+    # Each handler hands the raw watch event (type None for a listed object) to the
+    # reconciler, which keeps the bodies: its passes read them instead of the API server.
+
     @kopf.on.event(GROUP, VERSION, PLURAL, registry=registry)
-    async def allocation_changed(
-        namespace: str | None, name: str, meta: kopf.Meta, **_: Any
-    ) -> None:
-        version = meta.get("resourceVersion")
-        state["reconciler"].allocation_changed(namespace or "", name, version)
+    async def allocation_changed(event: kopf.RawEvent, **_: Any) -> None:
+        state["reconciler"].allocation_event(event["type"], event["object"])
 
     @kopf.on.event("", "v1", "pods", labels={LABEL_MANAGED_BY: MANAGED_BY}, registry=registry)
-    async def pod_changed(namespace: str | None, body: kopf.Body, **_: Any) -> None:
+    async def pod_changed(event: kopf.RawEvent, body: kopf.Body, **_: Any) -> None:
         alloc = owning_allocation(body)
         if alloc is not None:
-            state["reconciler"].schedule(namespace or "", alloc)
+            state["reconciler"].pod_event(event["type"], event["object"], alloc)
 
     def about_our_pod(body: kopf.Body, **_: Any) -> bool:
         involved = body.get("involvedObject") or {}
         return bool(involved.get("kind") == "Pod" and involved.get("name"))
 
     @kopf.on.event("", "v1", "events", when=about_our_pod, registry=registry)
-    async def pod_event(body: kopf.Body, **_: Any) -> None:
-        involved = body["involvedObject"]
-        reconciler: Reconciler = state["reconciler"]
-        key = (involved.get("namespace", ""), involved["name"])
-        if key in reconciler.known:
-            reconciler.schedule(*key)
+    async def pod_event(event: kopf.RawEvent, **_: Any) -> None:
+        state["reconciler"].kubernetes_event(event["type"], event["object"])
 
     return registry
+
+
+class NoDiffBase(kopf.DiffBaseStorage):
+    """No diff base: Kopf would deep-copy every watched body (pods, Events, Allocations with
+    their task events) to diff it, for change-detecting handlers this operator does not have.
+
+    It never writes anything either: with only `on.event` handlers Kopf patches no object.
+    """
+
+    def build(self, *, body: kopf.Body, extra_fields: Any = None) -> kopf.BodyEssence:
+        return kopf.BodyEssence()
+
+    def fetch(self, *, body: kopf.Body) -> kopf.BodyEssence | None:
+        return None
+
+    def store(self, *, body: kopf.Body, patch: kopf.Patch, essence: kopf.BodyEssence) -> None:
+        return None
 
 
 class OperatorThread:
@@ -106,6 +119,7 @@ class OperatorThread:
 
     async def _operate(self) -> None:
         settings = kopf.OperatorSettings()
+        settings.persistence.diffbase_storage = NoDiffBase()
         settings.posting.level = logging.WARNING
         settings.watching.server_timeout = 300
         settings.watching.client_timeout = 330

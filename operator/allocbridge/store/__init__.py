@@ -3,9 +3,9 @@
 Only `model` and `config` may be imported from here: no Kubernetes, no HTTP.
 """
 
-from allocbridge.store.allocation import StoredAllocation
+from allocbridge.store.allocation import StoredAllocation, stub_jsons
 from allocbridge.store.listing import list_page
 from allocbridge.store.memory import AllocationStore
 from allocbridge.store.paging import Page
 
-__all__ = ["AllocationStore", "Page", "StoredAllocation", "list_page"]
+__all__ = ["AllocationStore", "Page", "StoredAllocation", "list_page", "stub_jsons"]

@@ -12,9 +12,10 @@ hands the dicts over and must not mutate them afterwards.
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from functools import cached_property
+from operator import attrgetter
 from typing import Any, Final
 
 from allocbridge.store import encoding
@@ -137,3 +138,17 @@ class StoredAllocation:
     def wire_json(self) -> bytes:
         """The compact JSON of the full allocation, rendered on first read."""
         return encoding.compact(self.wire)
+
+
+_STUB_JSON: Final = attrgetter("_stub_json")
+_STUB_JSON_BARE: Final = attrgetter("_stub_json_bare")
+
+
+def stub_jsons(
+    allocs: Iterable[StoredAllocation], *, task_states: bool = True, resources: bool = False
+) -> list[bytes]:
+    """`stub_json` of each allocation; the common field options are fetched in C, since a
+    list of 10,000 (or 100 pages of 100) would otherwise spend its time in method calls."""
+    if resources:
+        return [a.stub_json(task_states=task_states, resources=True) for a in allocs]
+    return list(map(_STUB_JSON if task_states else _STUB_JSON_BARE, allocs))

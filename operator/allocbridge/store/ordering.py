@@ -4,17 +4,27 @@ The list endpoint walks allocations in one of three orders (Nomad's memdb indexe
 `create` and `namespace_create`); keeping each order up to date at upsert time makes a list
 request a slice instead of a sort. Inserting into a Python list of 10,000 references is a
 memmove of 80 KB, far cheaper than sorting per request.
+
+Scans are lazy and copy nothing up front: a page of 100 from the middle of 10,000 must not
+copy the 5,000 references behind it (paging walks did, once per page). They still walk a
+snapshot: a scan marks the lists shared, and the next write copies them before changing
+anything (copy-on-write), so writes pay one copy after a read instead of every read paying.
 """
 
 from __future__ import annotations
 
 from bisect import bisect_left, bisect_right
 from collections.abc import Iterable, Iterator
-from typing import Generic, TypeVar
+from itertools import chain
+from typing import Final, Generic, TypeVar
 
 #: The two key kinds in use: `(CreateIndex, ID)` and `ID`.
 K = TypeVar("K", tuple[int, str], str)
 V = TypeVar("V")
+
+#: References a lazy scan copies at a time: about a page, so a page copies little and a
+#: whole list still iterates in C over a few dozen slices.
+CHUNK: Final = 256
 
 
 class SortedIndex(Generic[K, V]):
@@ -23,6 +33,7 @@ class SortedIndex(Generic[K, V]):
     def __init__(self) -> None:
         self._keys: list[K] = []
         self._values: list[V] = []
+        self._shared = False  # a scan may still read the lists: copy before writing
 
     @classmethod
     def build(cls, pairs: Iterable[tuple[K, V]]) -> SortedIndex[K, V]:
@@ -36,8 +47,15 @@ class SortedIndex(Generic[K, V]):
     def __len__(self) -> int:
         return len(self._keys)
 
+    def _own(self) -> None:
+        if self._shared:
+            self._keys = list(self._keys)
+            self._values = list(self._values)
+            self._shared = False
+
     def put(self, key: K, value: V) -> None:
         """Insert, or replace the value under an existing key."""
+        self._own()
         i = bisect_left(self._keys, key)
         if i < len(self._keys) and self._keys[i] == key:
             self._values[i] = value
@@ -46,6 +64,7 @@ class SortedIndex(Generic[K, V]):
             self._values.insert(i, value)
 
     def discard(self, key: K) -> None:
+        self._own()
         i = bisect_left(self._keys, key)
         if i < len(self._keys) and self._keys[i] == key:
             del self._keys[i]
@@ -74,5 +93,15 @@ class SortedIndex(Generic[K, V]):
                 lo = max(lo, bisect_left(keys, start))
         if lo >= hi:
             return iter(())
-        window = self._values[lo:hi]
-        return reversed(window) if reverse else iter(window)
+        values = self._values
+        if hi - lo <= CHUNK:
+            window = values[lo:hi]
+            return reversed(window) if reverse else iter(window)
+        self._shared = True
+        if reverse:
+            return chain.from_iterable(
+                reversed(values[max(lo, end - CHUNK) : end]) for end in range(hi, lo, -CHUNK)
+            )
+        return chain.from_iterable(
+            values[begin : min(hi, begin + CHUNK)] for begin in range(lo, hi, CHUNK)
+        )

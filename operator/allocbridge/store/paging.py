@@ -14,6 +14,7 @@ from __future__ import annotations
 import re
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
+from itertools import islice
 from typing import Final, Generic, TypeVar
 
 T = TypeVar("T")
@@ -62,8 +63,14 @@ def paginate(
       its token becomes `next_token`. A negative `per_page` therefore yields an empty page
       whose token names the first match (Nomad's quirk, kept).
     """
-    if before_token is None and accept is None and per_page == 0:
-        return Page(list(items))
+    if before_token is None and accept is None:
+        if per_page == 0:
+            return Page(list(items))
+        if per_page > 0:  # no per-item test: cut the page in C
+            head = list(islice(items, per_page + 1))
+            if len(head) > per_page:
+                return Page(head[:per_page], token_of(head[per_page]))
+            return Page(head)
     out: list[T] = []
     seeking = before_token is not None
     for item in items:

@@ -1,0 +1,128 @@
+"""The latest Allocations, pods and pod Events the watches delivered, for reconcile passes.
+
+Kopf already streams every one of these objects to the handlers in `runner`; keeping the
+latest body of each lets a pass read memory instead of asking the API server (a GET of the
+allocation, a GET of the pod and a LIST of its Events per pass were most of the API server's
+work per allocation). The reconciler also stores what its own writes returned, so a pass never
+works from something older than its last write.
+
+A body replaces a stored one only when its resourceVersion is not older (a watch may still
+deliver an event older than a write's response; versions are etcd revisions, comparable across
+objects), and a deletion removes an entry only when the uid matches (the pod of a restarted
+allocation keeps its name but not its uid). Nothing here
+is authoritative: the reconciler treats a miss as "unknown" and asks the API server.
+
+Not thread-safe: every call runs on Kopf's event loop.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from allocbridge.cluster.resources import Json
+from allocbridge.model.status import KubeEvent
+
+Key = tuple[str, str]  # (namespace, name)
+
+
+def key_of(body: Mapping[str, Any]) -> Key:
+    meta = body.get("metadata") or {}
+    return str(meta.get("namespace") or ""), str(meta.get("name") or "")
+
+
+def _version(body: Mapping[str, Any]) -> int:
+    """The resourceVersion as the integer it is (the etcd revision); -1 when unreadable."""
+    try:
+        return int((body.get("metadata") or {}).get("resourceVersion") or -1)
+    except ValueError:
+        return -1
+
+
+def _lean(body: Json) -> Json:
+    """`body` without `metadata.managedFields`, which no pass reads and which can be most of a
+    small object; a shallow copy, since the watch's dict is Kopf's."""
+    meta = body.get("metadata")
+    if not isinstance(meta, dict) or "managedFields" not in meta:
+        return body
+    return {**body, "metadata": {k: v for k, v in meta.items() if k != "managedFields"}}
+
+
+def _uid(body: Mapping[str, Any]) -> str:
+    return str((body.get("metadata") or {}).get("uid") or "")
+
+
+class _Latest:
+    """Objects by (namespace, name), each the newest version seen."""
+
+    def __init__(self) -> None:
+        self.items: dict[Key, Json] = {}
+
+    def put(self, body: Json) -> bool:
+        """Keep `body` unless a newer version of the same object is stored; True if kept."""
+        key = key_of(body)
+        old = self.items.get(key)
+        if old is not None and _version(old) > _version(body):
+            return False
+        self.items[key] = _lean(body)
+        return True
+
+    def drop(self, body: Mapping[str, Any]) -> None:
+        """Forget the object `body` names, unless the stored one is another (same name, new uid)."""
+        key = key_of(body)
+        old = self.items.get(key)
+        if old is not None and _uid(old) == _uid(body):
+            del self.items[key]
+
+
+class Observed:
+    """What the watches (and the reconciler's own writes) last said about each object."""
+
+    def __init__(self) -> None:
+        self._allocations = _Latest()
+        self._pods = _Latest()
+        self._events: dict[str, dict[str, KubeEvent]] = {}  # pod uid -> event uid -> event
+
+    def allocation(self, key: Key) -> Json | None:
+        return self._allocations.items.get(key)
+
+    def knows(self, key: Key) -> bool:
+        """True when the allocation `key` exists as far as the watch has told."""
+        return key in self._allocations.items
+
+    def put_allocation(self, body: Json) -> bool:
+        return self._allocations.put(body)
+
+    def drop_allocation(self, body: Mapping[str, Any]) -> None:
+        self._allocations.drop(body)
+
+    def forget_allocation(self, key: Key) -> None:
+        """Distrust what is stored for `key`: the next pass reads it from the API server."""
+        self._allocations.items.pop(key, None)
+
+    def pod(self, key: Key) -> Json | None:
+        return self._pods.items.get(key)
+
+    def put_pod(self, body: Json) -> bool:
+        return self._pods.put(body)
+
+    def drop_pod(self, body: Mapping[str, Any]) -> None:
+        self._pods.drop(body)
+        self._events.pop(_uid(body), None)
+
+    def pod_events(self, pod_uid: str) -> list[KubeEvent]:
+        return list(self._events.get(pod_uid, {}).values())
+
+    def put_event(self, pod_uid: str, event: KubeEvent) -> None:
+        self._events.setdefault(pod_uid, {})[event.uid] = event
+
+    def drop_event(self, pod_uid: str, event_uid: str) -> None:
+        events = self._events.get(pod_uid)
+        if events is not None:
+            events.pop(event_uid, None)
+            if not events:
+                del self._events[pod_uid]
+
+    def sizes(self) -> tuple[int, int, int]:
+        """(allocations, pods, pods with Events) held; for tests and debugging."""
+        return len(self._allocations.items), len(self._pods.items), len(self._events)

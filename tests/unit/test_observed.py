@@ -1,0 +1,103 @@
+"""What the reconciler keeps from the watches, and which status changes it writes at once."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from allocbridge.model.status import KubeEvent
+from allocbridge.reconcile.allocations import urgent
+from allocbridge.reconcile.observed import Observed
+
+
+def body(name: str, version: int, uid: str = "u1", namespace: str = "ns") -> dict[str, Any]:
+    meta = {"name": name, "namespace": namespace, "uid": uid, "resourceVersion": str(version)}
+    return {"metadata": meta}
+
+
+def event(uid: str) -> KubeEvent:
+    return KubeEvent(
+        uid=uid, reason="Scheduled", message="", type="Normal", time_ns=1, container=None
+    )
+
+
+def test_a_late_older_version_never_replaces_a_newer_one() -> None:
+    observed = Observed()
+    assert observed.put_allocation(body("a", 12))  # e.g. the response of our own write
+    assert not observed.put_allocation(body("a", 11))  # the watch catching up
+    assert observed.allocation(("ns", "a")) == body("a", 12)
+    assert observed.put_allocation(body("a", 12))  # the echo of that write: same version
+    assert observed.knows(("ns", "a"))
+
+
+def test_a_deletion_removes_only_the_object_it_names() -> None:
+    observed = Observed()
+    observed.put_pod(body("a", 20, uid="new"))  # a recreated pod, same name
+    observed.drop_pod(body("a", 10, uid="old"))  # the old pod's deletion, delivered late
+    assert observed.pod(("ns", "a")) == body("a", 20, uid="new")
+    observed.put_pod(body("a", 15, uid="old"))  # and its older events change nothing
+    assert observed.pod(("ns", "a")) == body("a", 20, uid="new")
+    observed.drop_pod(body("a", 21, uid="new"))
+    assert observed.pod(("ns", "a")) is None
+
+
+def test_pod_events_are_kept_by_pod_uid_and_go_with_the_pod() -> None:
+    observed = Observed()
+    observed.put_event("pod-1", event("e1"))
+    observed.put_event("pod-1", event("e2"))
+    observed.put_event("pod-1", event("e2"))
+    observed.put_event("pod-2", event("e3"))
+    assert sorted(e.uid for e in observed.pod_events("pod-1")) == ["e1", "e2"]
+    observed.drop_event("pod-1", "e1")
+    assert [e.uid for e in observed.pod_events("pod-1")] == ["e2"]
+    observed.drop_pod(body("p", 5, uid="pod-1"))
+    assert observed.pod_events("pod-1") == []
+    assert [e.uid for e in observed.pod_events("pod-2")] == ["e3"]
+
+
+def test_forgetting_an_allocation_makes_the_next_pass_read_it() -> None:
+    observed = Observed()
+    observed.put_allocation(body("a", 3))
+    observed.forget_allocation(("ns", "a"))
+    assert observed.allocation(("ns", "a")) is None
+    assert observed.sizes() == (0, 0, 0)
+
+
+WRITTEN = {"createIndex": 5, "clientStatus": "pending"}
+
+
+def test_only_added_detail_may_wait_to_be_written() -> None:
+    assert not urgent({"nodeName": "n1", "nodeID": "x", "seenEvents": ["e1"]}, WRITTEN)
+    detail = {"taskStates": {"web": {"events": [{"type": "Driver"}]}}, "observed": {}}
+    assert not urgent(detail, WRITTEN)
+    assert urgent({"clientStatus": "running"}, WRITTEN)
+    assert urgent({"taskStates": {"web": {"events": [], "state": "running"}}}, WRITTEN)
+    assert urgent({"podCreated": False, "startAfter": 9}, WRITTEN)
+    assert urgent({"desiredStatus": "stop"}, WRITTEN)
+    assert urgent({"taskStates": None}, WRITTEN)
+
+
+def test_the_first_write_waits_only_while_the_allocation_is_pending() -> None:
+    first = {
+        "createIndex": 5,
+        "createTime": 1,
+        "desiredStatus": "run",
+        "clientStatus": "pending",
+        "taskStates": {"web": {"state": "pending", "events": [{"type": "Received"}]}},
+        "podCreated": True,
+        "podName": "a",
+    }
+    assert not urgent(first, {})
+    assert urgent({**first, "clientStatus": "failed"}, {})  # failed validation
+    assert urgent({**first, "taskStates": {"web": {"state": "dead", "failed": True}}}, {})
+    assert urgent({**first, "desiredStatus": "stop"}, {})
+    assert urgent({**first, "startAfter": 7}, {})
+
+
+def test_managed_fields_are_not_kept() -> None:
+    observed = Observed()
+    watched = body("a", 3)
+    watched["metadata"]["managedFields"] = [{"manager": "kubectl"}]
+    observed.put_pod(watched)
+    kept = observed.pod(("ns", "a"))
+    assert kept is not None and "managedFields" not in kept["metadata"]
+    assert watched["metadata"]["managedFields"]  # the watch's own dict is left alone
