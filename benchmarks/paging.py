@@ -2,24 +2,29 @@
 
 The goal compares the whole walk with one unpaged list of the same allocations on the same
 replica, measured with the same client, interleaved with the walks. A walk is 100 round trips
-where the unpaged list is one, so the client's own cost per request weighs 100 times: the walk
-is measured twice, with a lean keep-alive HTTP/1.1 client (a few lines of asyncio, about what a
-Go client costs per request) and with aiohttp's client (about 0.3 ms of Python per request on
-this machine). The API server's own paging (`limit=100` and `continue`) over the same objects is
-the other peer; its token is read from the tail of each page without decoding the page.
+where the unpaged list is one, so the client's own cost per request weighs 100 times. The walk
+is measured with three clients: a Go program (`benchmarks/gowalk`: net/http and encoding/json,
+what the nomad CLI and the Go SDK use), a lean keep-alive HTTP/1.1 client in a few lines of
+asyncio, and aiohttp's client (about 0.3 ms of Python per request on this machine). The API
+server's own paging (`limit=100` and `continue`) over the same objects is the other peer; its
+token is read from the tail of each page without decoding the page.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
+import os
+import shutil
 import time
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any, Final
 
 from kubernetes_asyncio import client
 
-from benchmarks.harness import Bench, BenchError, OperatorProcess, log
+from benchmarks.harness import REPO, Bench, BenchError, Json, OperatorProcess, log
 from benchmarks.listing import admin_client, ours
 from benchmarks.table import Goal, Row, median
 
@@ -104,6 +109,58 @@ async def walk_ours(bench: Bench, replica: OperatorProcess, per_page: int) -> tu
             raise BenchError("paging never ended")
 
 
+GOWALK_SOURCE: Final = REPO / "benchmarks" / "gowalk"
+GOWALK_BINARY: Final = REPO / ".cache" / "bench" / "gowalk"
+
+
+async def build_gowalk() -> Path | None:
+    """`go build` the Go walker (the Go build cache makes a rebuild cheap); None without Go."""
+    go = shutil.which("go")
+    if go is None:
+        log("paging: no Go on PATH; the Go client row is left out")
+        return None
+    env = {**os.environ, "GOTOOLCHAIN": "local", "CGO_ENABLED": "0", "GOFLAGS": "-mod=readonly"}
+    GOWALK_BINARY.parent.mkdir(parents=True, exist_ok=True)
+    build = await asyncio.create_subprocess_exec(
+        go,
+        "build",
+        "-o",
+        str(GOWALK_BINARY),
+        ".",
+        cwd=GOWALK_SOURCE,
+        env=env,
+        stderr=asyncio.subprocess.PIPE,
+    )
+    _, err = await build.communicate()
+    if build.returncode != 0:
+        raise BenchError(f"go build of {GOWALK_SOURCE}: {err.decode(errors='replace')}")
+    return GOWALK_BINARY
+
+
+async def walk_go(
+    binary: Path, replica: OperatorProcess, options: PagingOptions, auth: str
+) -> Json:
+    """The Go walker's timings (see benchmarks/gowalk/main.go for the shape)."""
+    run = await asyncio.create_subprocess_exec(
+        str(binary),
+        "-addr",
+        replica.api,
+        "-token",
+        auth,
+        "-per-page",
+        str(options.per_page),
+        "-walks",
+        str(options.walks),
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.PIPE,
+    )
+    out, err = await run.communicate()
+    if run.returncode != 0:
+        raise BenchError(f"gowalk: {err.decode(errors='replace')}")
+    result: Json = json.loads(out)
+    return result
+
+
 async def walk_kube(api: client.ApiClient, per_page: int) -> float:
     custom: Any = client.CustomObjectsApi(api)
     token = ""
@@ -161,6 +218,13 @@ async def measure(
             samples["aiohttp-1"].append(time.perf_counter() - began)
     finally:
         await lean.close()
+    gowalk = await build_gowalk()
+    go_result: Json | None = None
+    if gowalk is not None:
+        log("paging: Go client walks")
+        go_result = await walk_go(gowalk, replica, options, auth)
+        if go_result["seen"] != count:
+            raise BenchError(f"the Go walk saw {go_result['seen']} allocations, not {count}")
     api = await admin_client(bench)
     try:
         kube_walks = []
@@ -172,10 +236,30 @@ async def measure(
     pages = -(-count // options.per_page)
     goal = Goal("ratio", "<=", WALK_GOAL, f"≤ {WALK_GOAL:g}x one unpaged list")
     ms = {name: median(values) * 1000 for name, values in samples.items()}
+    rows = []
+    if go_result is not None:
+        for mode, label, note in (
+            ("raw", "Go client", "bodies read, not decoded: the HTTP cost alone"),
+            ("decoded", "Go client decoding JSON", "as the nomad CLI and SDK do"),
+        ):
+            timed = go_result[mode]
+            rows.append(
+                Row(
+                    SECTION,
+                    f"walk {count:,} with per_page={options.per_page} ({pages} requests), " + label,
+                    median(timed["walks"]) * 1000,
+                    "ms",
+                    "one unpaged list, same client",
+                    median(timed["unpaged"]) * 1000,
+                    goals=(goal,),
+                    note=f"medians of {options.walks}; net/http; {note}",
+                )
+            )
     return [
+        *rows,
         Row(
             SECTION,
-            f"walk {count:,} with per_page={options.per_page} ({pages} requests), lean client",
+            "same walk, lean Python client",
             ms["lean"],
             "ms",
             "one unpaged list, same client",

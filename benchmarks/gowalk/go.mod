@@ -1,0 +1,3 @@
+module allocbridge.io/benchmarks/gowalk
+
+go 1.26
