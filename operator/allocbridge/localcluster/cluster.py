@@ -165,6 +165,9 @@ class LocalCluster:
             _install_signal_handlers()
             self._start_control_plane(binaries, pki)
             self._wait(self._api_ready, "kube-apiserver /readyz")
+            # Only now: the controller manager exits (status 1) when the API server refuses
+            # its first connection, which happens on a loaded machine.
+            self._start_controllers(binaries, pki)
             self._apply_crd(crd)
             self._reset_nodes()
             self._start_kwok_and_simulation(binaries)
@@ -387,6 +390,9 @@ class LocalCluster:
                 "--profiling=false",
             ],
         )
+
+    def _start_controllers(self, b: Binaries, pki: Pki) -> None:
+        p = self._ports
         common = [
             f"--kubeconfig={self.kubeconfig}",
             f"--authentication-kubeconfig={self.kubeconfig}",
