@@ -384,7 +384,16 @@ class Actions:
     async def apply_pause(
         self, target: Target, task: str, current: str, new: str, *, override: bool
     ) -> int:
-        """Move a task to schedule state `new`, stopping or continuing its process."""
+        """Move a task to schedule state `new`, stopping or continuing its process.
+
+        `current` is what the caller saw. The reconciler (override False) sees the object
+        through its watch, a moment behind, so a schedule move already made is not made twice.
+        """
+        if not override:
+            obj, _spec = await self.load(target)
+            task_state = ((obj.get("status") or {}).get("taskStates") or {}).get(task) or {}
+            if str(task_state.get("paused", "")) != current:  # moved meanwhile
+                return int(obj["metadata"]["resourceVersion"])
         cause = "override" if override else "schedule"
         events: list[Json] = []
         if sched.paused(new) != sched.paused(current):
@@ -412,8 +421,10 @@ class Actions:
         event = task_event("Driver", time.time_ns(), message, driverMessage=message)
 
         def refuse(status: Json, _obj: Json) -> None:
-            _add_events(status, {task: [event]})
-            status.setdefault("observed", {}).setdefault(task, {})["pauseRefused"] = wanted
+            seen = status.setdefault("observed", {}).setdefault(task, {})
+            if seen.get("pauseRefused") != wanted:  # recorded once, however often asked
+                seen["pauseRefused"] = wanted
+                _add_events(status, {task: [event]})
 
         await self.update(target, refuse)
 
