@@ -3,7 +3,8 @@
 Each test starts a process as PID 1 of a new user + PID namespace (`unshare -Urpf`), reads its
 /proc the way the operator does in a container (`nsenter` joins the namespace from outside, so
 the probe, like a `kubectl exec`, is not a child of PID 1) and sends `kill -SIG -- PID` from
-inside. The namespace holds only the test's processes, so `kill -1` cannot reach anything else.
+inside. The namespace holds only the test's processes, so `kill -1` cannot reach anything else,
+and `--kill-child` ends the namespace's PID 1 (and so everything in it) with `unshare`.
 """
 
 from __future__ import annotations
@@ -20,7 +21,15 @@ import pytest
 from allocbridge.model.pid1 import PROBE, SIGKILL, SIGSTOP, SIGTERM, Pid1, parse, route
 
 SIGUSR1 = 10
-UNSHARE = ["unshare", "--user", "--map-root-user", "--pid", "--fork", "--mount-proc"]
+UNSHARE = [
+    "unshare",
+    "--user",
+    "--map-root-user",
+    "--pid",
+    "--fork",
+    "--mount-proc",
+    "--kill-child",
+]
 
 
 def _why_no_namespaces() -> str | None:
