@@ -51,6 +51,12 @@ def events(kubectl: Any, namespace: str, name: str, task: str) -> list[str]:
     return [e["type"] for e in state["events"] if e["type"] != "Driver"]
 
 
+def displays(kubectl: Any, namespace: str, name: str, task: str = "main") -> list[str]:
+    """The display messages of a task's events, oldest first (Driver events included)."""
+    state = status(kubectl, namespace, name)["taskStates"][task]
+    return [str(e["displayMessage"]) for e in state["events"]]
+
+
 # -- stop ------------------------------------------------------------------------------------
 
 
@@ -330,11 +336,7 @@ def test_a_task_that_ignores_sigterm_is_killed_below_its_init(
     )
     argvs = [r.argv for r in cluster.signals(namespace, "slow", "main")]
     assert argvs == [("kill", "-TERM", "--", "1"), ("kill", "-KILL", "--", "-1")]
-    displays = [
-        e["displayMessage"]
-        for e in status(kubectl, namespace, "slow")["taskStates"]["main"]["events"]
-    ]
-    assert "Sent SIGKILL after kill timeout" in displays
+    assert "Sent SIGKILL after kill timeout" in displays(kubectl, namespace, "slow")
 
 
 def test_a_bare_pid1_that_ignores_sigterm_gets_a_new_pod(
@@ -353,11 +355,9 @@ def test_a_bare_pid1_that_ignores_sigterm_gets_a_new_pod(
         )
 
     eventually(replaced, what="the pod to be replaced after the kill timeout")
-    displays = [
-        e["displayMessage"]
-        for e in status(kubectl, namespace, "stuck")["taskStates"]["main"]["events"]
-    ]
-    assert "Task did not exit after SIGTERM; replacing the pod" in displays
+    assert "Task did not exit after SIGTERM; replacing the pod" in displays(
+        kubectl, namespace, "stuck"
+    )
 
 
 @pytest.mark.parametrize(
@@ -420,11 +420,8 @@ def test_pause_schedule_and_overrides(
 
     kinds = events(kubectl, namespace, "sched", "main")
     assert kinds[-3:] == ["Running", "Pausing", "Pausing"] or "Pausing" in kinds
-    displays = [
-        e["displayMessage"]
-        for e in status(kubectl, namespace, "sched")["taskStates"]["main"]["events"]
-    ]
-    assert "Pausing due to schedule" in displays and "Running due to override" in displays
+    shown = displays(kubectl, namespace, "sched")
+    assert "Pausing due to schedule" in shown and "Running due to override" in shown
     wire = operator.get(f"/v1/allocation/{uid}")
     assert wire["TaskStates"]["main"]["Paused"] == "force_pause"
 
@@ -476,12 +473,8 @@ def test_a_schedule_a_bare_pid1_cannot_follow_is_reported_once(
     running(kubectl, operator, namespace, quick_allocation("nightly", namespace, tasks=tasks))
 
     def refusals() -> list[str]:
-        state = status(kubectl, namespace, "nightly")["taskStates"]["main"]
-        return [
-            e["displayMessage"]
-            for e in state["events"]
-            if e["displayMessage"].startswith("Schedule not followed:")
-        ]
+        shown = displays(kubectl, namespace, "nightly")
+        return [d for d in shown if d.startswith("Schedule not followed:")]
 
     eventually(lambda: len(refusals()) == 1, what="the refused schedule to be recorded")
     time.sleep(2)  # passes go on (the reconciler rechecks); the refusal is not repeated
