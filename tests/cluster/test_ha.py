@@ -13,6 +13,7 @@ never disturbs the session's cluster.
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import functools
 import json
@@ -26,6 +27,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import aiohttp
 import pytest
 from running_operator import Operator, eventually, http, install, service_account_kubeconfig
 
@@ -536,3 +538,49 @@ def test_kubernetes_api_restart_is_reported_and_survived_without_losing_readines
         assert states[0] == "READY" and "READY" in states[lost:], states
     finally:
         replica.stop()
+
+
+def test_acl_answers_503_while_the_kubernetes_api_is_away(
+    own_cluster: LocalCluster, tmp_path: Path
+) -> None:
+    """Tokens cannot be reviewed without the API server: "try again", not a 403 verdict."""
+    kubectl = ClusterKubectl(own_cluster)
+    install_retrying(kubectl)
+    kubeconfig = service_account_kubeconfig(kubectl, own_cluster.kubeconfig, tmp_path / "sa")
+    kubectl("create", "serviceaccount", "caller", "-n", "default")
+    token = kubectl("create", "token", "caller", "-n", "default").stdout.strip()
+    folder = tmp_path / "acl"
+    folder.mkdir()
+    guarded = Operator(folder, kubeconfig, acl=True).start()
+    path = "/v1/allocations?namespace=default"
+    try:
+        own_cluster.stop_component("kube-apiserver")
+        try:
+            status, body, headers = http(guarded.api + path, token=token)
+            assert status == 503, (status, body)
+            assert body.decode().startswith("ACL check unavailable: ")
+            assert headers.get("Retry-After") == "1"
+            closed = asyncio.run(exec_close(guarded.api, token))
+            assert closed[0] == 1013 and closed[1].startswith("ACL check unavailable: ")
+        finally:
+            own_cluster.start_component("kube-apiserver")
+        # Back: nothing was cached, and the token gets its verdict (no binding: denied).
+        eventually(
+            lambda: http(guarded.api + path, token=token)[0] == 403,
+            timeout=60,
+            what="a verdict once the API server is back",
+        )
+    finally:
+        guarded.stop()
+
+
+async def exec_close(api: str, token: str) -> tuple[int, str]:
+    """The close code and reason of an exec WebSocket into an unknown allocation."""
+    url = f"{api}/v1/client/allocation/0f0f0f0f-0000-4000-8000-000000000000/exec"
+    url += "?task=main&command=%5B%22sh%22%5D"
+    async with (
+        aiohttp.ClientSession() as session,
+        session.ws_connect(url, headers={"X-Nomad-Token": token}) as ws,
+    ):
+        message = await ws.receive(timeout=30)
+        return int(message.data), str(message.extra)
