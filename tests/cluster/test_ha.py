@@ -161,6 +161,12 @@ def install_retrying(kubectl: Any) -> None:
     eventually(installed, what="the CRDs and the operator's RBAC")
 
 
+def operator_kubeconfig(kubectl: Any, admin_kubeconfig: Path, folder: Path) -> Path:
+    """Install allocbridge and return a kubeconfig of its ServiceAccount, as a replica uses."""
+    install_retrying(kubectl)
+    return service_account_kubeconfig(kubectl, admin_kubeconfig, folder)
+
+
 def stop_all(*replicas: Replica) -> None:
     """SIGTERM every live replica at once, then wait for each (their grace periods overlap)."""
     for replica in replicas:
@@ -172,9 +178,8 @@ def stop_all(*replicas: Replica) -> None:
 
 @pytest.fixture(scope="module")
 def sa_kubeconfig(cluster: Any, kubectl: Any, tmp_path_factory: pytest.TempPathFactory) -> Path:
-    install_retrying(kubectl)
     folder = tmp_path_factory.mktemp("ha")
-    return service_account_kubeconfig(kubectl, cluster.kubeconfig, folder / "kubeconfig")
+    return operator_kubeconfig(kubectl, cluster.kubeconfig, folder / "kubeconfig")
 
 
 @pytest.fixture
@@ -486,8 +491,7 @@ def test_kubernetes_api_restart_is_reported_and_survived_without_losing_readines
     own_cluster: LocalCluster, tmp_path: Path
 ) -> None:
     kubectl = ClusterKubectl(own_cluster)
-    install_retrying(kubectl)
-    kubeconfig = service_account_kubeconfig(kubectl, own_cluster.kubeconfig, tmp_path / "sa")
+    kubeconfig = operator_kubeconfig(kubectl, own_cluster.kubeconfig, tmp_path / "sa")
     kubectl("create", "namespace", "outage")
     eventually(
         lambda: (
@@ -545,8 +549,7 @@ def test_acl_answers_503_while_the_kubernetes_api_is_away(
 ) -> None:
     """Tokens cannot be reviewed without the API server: "try again", not a 403 verdict."""
     kubectl = ClusterKubectl(own_cluster)
-    install_retrying(kubectl)
-    kubeconfig = service_account_kubeconfig(kubectl, own_cluster.kubeconfig, tmp_path / "sa")
+    kubeconfig = operator_kubeconfig(kubectl, own_cluster.kubeconfig, tmp_path / "sa")
     kubectl("create", "serviceaccount", "caller", "-n", "default")
     token = kubectl("create", "token", "caller", "-n", "default").stdout.strip()
     folder = tmp_path / "acl"
