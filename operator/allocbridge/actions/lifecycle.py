@@ -290,8 +290,14 @@ class Actions:
             return
         tasks = self._running_tasks(obj, spec, task_name or None)
         probes = {t: await self.pid1(target, t) for t in tasks}
-        routes = {t: pid1_rules.route(p, pid1_rules.SIGTERM) for t, p in probes.items()}
-        stuck = [t for t, where in routes.items() if where is None]
+        term_at: dict[str, str] = {}
+        stuck: list[str] = []
+        for t, probe in probes.items():
+            where = pid1_rules.route(probe, pid1_rules.SIGTERM)
+            if where is None:
+                stuck.append(t)
+            else:
+                term_at[t] = where
         if stuck:
             raise ActionError(
                 500,
@@ -317,7 +323,7 @@ class Actions:
 
         await self.update(target, expect)
         for t in tasks:
-            await self.kill(target, t, "SIGTERM", routes[t] or "1")
+            await self.kill(target, t, "SIGTERM", term_at[t])
             wait = (spec.task(t) or spec.tasks[0]).kill_timeout_seconds
             kill_at = pid1_rules.route(probes[t], pid1_rules.SIGKILL)
             escalation = asyncio.create_task(self._escalate(target, t, kill_at, wait))
