@@ -104,18 +104,18 @@ def test_output_is_chunked_in_order_and_round_trips() -> None:
 
 
 def test_output_frames_are_compact_json() -> None:
-    assert encode_output("stderr", b"e\n") == ['{"stderr":{"data":"ZQo="}}']
+    assert encode_output("stderr", b"e\n") == [b'{"stderr":{"data":"ZQo="}}']
     assert encode_output("stdout", b"") == []
     assert encode_output("stdout", b"abcd", chunk=3) == [
-        '{"stdout":{"data":"YWJj"}}',
-        '{"stdout":{"data":"ZA=="}}',
+        b'{"stdout":{"data":"YWJj"}}',
+        b'{"stdout":{"data":"ZA=="}}',
     ]
 
 
 def test_close_exit_and_heartbeat_frames() -> None:
-    assert encode_output_close("stdout") == '{"stdout":{"close":true}}'
-    assert encode_output_close("stderr") == '{"stderr":{"close":true}}'
-    assert encode_exited(0) == '{"exited":true,"result":{"exit_code":0}}'
+    assert encode_output_close("stdout") == b'{"stdout":{"close":true}}'
+    assert encode_output_close("stderr") == b'{"stderr":{"close":true}}'
+    assert encode_exited(0) == b'{"exited":true,"result":{"exit_code":0}}'
     assert json.loads(encode_exited(137)) == {"exited": True, "result": {"exit_code": 137}}
     assert json.loads(HEARTBEAT_FRAME) == {}
 

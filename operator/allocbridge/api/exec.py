@@ -42,6 +42,7 @@ from dataclasses import dataclass, field
 from typing import Any, Final, Literal
 from urllib.parse import urlsplit
 
+import pybase64
 from aiohttp import WSCloseCode, WSMsgType, web
 
 from allocbridge.api.context import context, synced_store
@@ -172,34 +173,35 @@ def _json_object(message: str | bytes, what: str) -> dict[str, Any]:
     return value
 
 
-def _compact(value: Any) -> str:
-    return json.dumps(value, separators=(",", ":"))
+def _compact(value: Any) -> bytes:
+    return json.dumps(value, separators=(",", ":")).encode("utf-8")
 
 
-def encode_output(stream: Stream, data: bytes, chunk: int = OUTPUT_CHUNK) -> list[str]:
-    """Output frames of at most `chunk` raw bytes each, in order.
+def encode_output(stream: Stream, data: bytes, chunk: int = OUTPUT_CHUNK) -> list[bytes]:
+    """Output frames of at most `chunk` raw bytes each, in order, as UTF-8 JSON text.
 
-    The text is exactly `_compact({stream: {"data": <base64>}})`, put together directly: the
-    base64 alphabet and the stream names need no JSON escaping, and json.dumps scanning every
-    character of bulk output for it took 43% of the event loop (encoding 111 -> 244 MB/s).
+    The text is exactly `_compact({stream: {"data": <base64>}})`, put together directly as
+    bytes: the base64 alphabet and the stream names need no JSON escaping (json.dumps scanning
+    bulk output for it took 43% of the event loop), and bytes skip a decode and re-encode.
+    pybase64 (SIMD) encodes about 25 times faster than the standard library, which was the
+    relay's largest cost per byte.
     """
-    head = f'{{"{stream}":{{"data":"'
+    head = b'{"' + stream.encode("ascii") + b'":{"data":"'
     view = memoryview(data)
     return [
-        head + base64.b64encode(view[i : i + chunk]).decode("ascii") + '"}}'
-        for i in range(0, len(data), chunk)
+        head + pybase64.b64encode(view[i : i + chunk]) + b'"}}' for i in range(0, len(data), chunk)
     ]
 
 
-def encode_output_close(stream: Stream) -> str:
+def encode_output_close(stream: Stream) -> bytes:
     return _compact({stream: {"close": True}})
 
 
-def encode_exited(exit_code: int) -> str:
+def encode_exited(exit_code: int) -> bytes:
     return _compact({"exited": True, "result": {"exit_code": exit_code}})
 
 
-HEARTBEAT_FRAME: Final = "{}"
+HEARTBEAT_FRAME: Final = b"{}"
 
 
 def parse_handshake(message: str | bytes, header: str | None) -> str | None:
@@ -348,10 +350,11 @@ class _ClientSocket:
         self.ws = ws
         self._lock = asyncio.Lock()
 
-    async def send(self, frame: str) -> None:
+    async def send(self, frame: bytes) -> None:
+        """Send `frame`, UTF-8 JSON text, as a text message."""
         async with self._lock:
             try:
-                await self.ws.send_str(frame)
+                await self.ws.send_frame(frame, WSMsgType.TEXT)
             except ConnectionError as exc:
                 raise _ClientGoneError from exc
 
