@@ -68,3 +68,8 @@ def configure(fmt: str = "text", level: str = "info") -> None:
     root.handlers[:] = [handler]
     root.setLevel(_LEVELS.get(level, logging.INFO))
     logging.getLogger("aiohttp.access").setLevel(logging.WARNING)
+    # Kopf logs "Handler ... succeeded" for every watch event of every Allocation, pod and
+    # Event: thousands of lines a minute and about 6% of the operator's CPU when 500
+    # allocations start at once. They stay available at debug.
+    quiet = root.level > logging.DEBUG
+    logging.getLogger("kopf.objects").setLevel(logging.WARNING if quiet else logging.NOTSET)

@@ -96,13 +96,14 @@ class Replica(Operator):
         return state
 
     def reconciled(self, namespace: str, name: str | None = None) -> bool:
-        """Whether a Kopf handler of this run ran for an object in `namespace` (named `name`)."""
+        """Whether this run's reconciler acted on an allocation in `namespace` (named `name`):
+        it logs what it did (created the pod, found it created, failed the validation)."""
         for record in self.records():
-            ref = record.get("k8s_ref") or {}
+            where, _, which = str(record.get("allocation", "")).partition("/")
             if (
-                record.get("logger") == "kopf.objects"
-                and ref.get("namespace") == namespace
-                and (name is None or ref.get("name") == name)
+                record.get("logger") == "allocbridge.reconcile.allocations"
+                and where == namespace
+                and (name is None or which == name)
             ):
                 return True
         return False

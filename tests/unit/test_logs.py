@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 import logging
 
-from allocbridge.logs import JsonFormatter, KlogFormatter
+from allocbridge.logs import JsonFormatter, KlogFormatter, configure
 
 
 def record(**extra: object) -> logging.LogRecord:
@@ -32,3 +32,18 @@ def test_json_line_carries_message_level_and_extras() -> None:
 def test_klog_line_shape() -> None:
     line = KlogFormatter().format(record(pod="web-0"))
     assert line.startswith("I") and ' allocbridge.test] "hello you" pod="web-0"' in line
+
+
+def test_kopf_per_handler_lines_only_at_debug() -> None:
+    root = logging.getLogger()
+    saved = root.handlers[:], root.level
+    try:
+        configure(level="info")
+        assert not logging.getLogger("kopf.objects").isEnabledFor(logging.INFO)
+        assert logging.getLogger("kopf.objects").isEnabledFor(logging.WARNING)
+        assert logging.getLogger("kopf.activities").isEnabledFor(logging.INFO)
+        configure(level="debug")
+        assert logging.getLogger("kopf.objects").isEnabledFor(logging.DEBUG)
+    finally:
+        root.handlers[:], root.level = saved
+        logging.getLogger("kopf.objects").setLevel(logging.NOTSET)

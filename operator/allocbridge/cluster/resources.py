@@ -7,10 +7,10 @@ found" and "already exists" into values instead of exceptions where callers expe
 
 from __future__ import annotations
 
-import json
 from collections.abc import Mapping
 from typing import Any, Final, cast
 
+import orjson
 from kubernetes_asyncio import client
 from kubernetes_asyncio.client.exceptions import ApiException
 
@@ -25,7 +25,8 @@ async def raw_json(call: Any) -> Json:
     """Run a client call with `_preload_content=False` and decode the JSON body.
 
     The generated models are slow to build and lose unknown fields; the raw JSON is what
-    the model layer expects.
+    the model layer expects. orjson decodes it several times faster than `json`, which was
+    the operator's largest single cost when hundreds of allocations start at once.
     """
     response = await call
     async with response:
@@ -33,7 +34,7 @@ async def raw_json(call: Any) -> Json:
         if response.status >= 400:
             # With raw responses the client does not raise on errors; do what it would.
             raise ApiException(status=response.status, reason=response.reason)
-    return cast(Json, json.loads(body))
+    return cast(Json, orjson.loads(body))
 
 
 class Kube:

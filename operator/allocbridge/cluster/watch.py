@@ -14,12 +14,12 @@ memory at a time instead of that of every object at once.
 from __future__ import annotations
 
 import asyncio
-import json
 import logging
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any
 
+import orjson
 from kubernetes_asyncio.client.exceptions import ApiException
 
 from allocbridge.cluster.resources import raw_json
@@ -136,7 +136,7 @@ async def _stream(
             line = await response.content.readline()
             if not line:
                 return  # the server ended the watch (timeout): resume from here
-            event = json.loads(line)
+            event = orjson.loads(line)
             kind = event.get("type", "")
             obj = event.get("object") or {}
             if kind == "ERROR":
