@@ -7,7 +7,9 @@ is measured with three clients: a Go program (`benchmarks/gowalk`: net/http and 
 what the nomad CLI and the Go SDK use), a lean keep-alive HTTP/1.1 client in a few lines of
 asyncio, and aiohttp's client (about 0.3 ms of Python per request on this machine). The API
 server's own paging (`limit=100` and `continue`) over the same objects is the other peer; its
-token is read from the tail of each page without decoding the page.
+token is read from the tail of each page without decoding the page. The Python clients also
+time as many requests for an empty page of the same endpoint: the floor a walk pays in round
+trips alone, with no goal of its own, beside the same unpaged list.
 """
 
 from __future__ import annotations
@@ -87,6 +89,32 @@ async def walk_lean(client: LeanClient, per_page: int, auth: str) -> tuple[float
         if not token:
             return time.perf_counter() - began, seen
     raise BenchError("paging never ended")
+
+
+#: The same endpoint and options with a prefix no allocation has: an empty page, so timing
+#: `pages` of these gives the per-request floor of a walk before any allocation is sent.
+EMPTY_TARGET: Final = "/v1/allocations?namespace=*&task_states=false&prefix=ffffffff"
+
+
+async def floor_lean(client: LeanClient, requests: int, auth: str) -> float:
+    """Seconds for `requests` empty pages on the lean client."""
+    began = time.perf_counter()
+    for _ in range(requests):
+        _, body = await client.get(EMPTY_TARGET, auth)
+        if body != b"[]":
+            raise BenchError(f"GET {EMPTY_TARGET} was not empty: {body[:100]!r}")
+    return time.perf_counter() - began
+
+
+async def floor_aiohttp(bench: Bench, replica: OperatorProcess, requests: int) -> float:
+    """Seconds for `requests` empty pages on aiohttp's client."""
+    began = time.perf_counter()
+    for _ in range(requests):
+        async with bench.http.get(replica.api + EMPTY_TARGET) as response:
+            body = await response.read()
+        if response.status != 200 or body != b"[]":
+            raise BenchError(f"GET {EMPTY_TARGET}: {response.status} {body[:100]!r}")
+    return time.perf_counter() - began
 
 
 async def walk_ours(bench: Bench, replica: OperatorProcess, per_page: int) -> tuple[float, int]:
@@ -197,7 +225,10 @@ async def measure(
     auth = bench.client_token
     unpaged_target = "/v1/allocations?namespace=*&task_states=false"
     try:
-        samples: dict[str, list[float]] = {"lean": [], "lean-1": [], "aiohttp": [], "aiohttp-1": []}
+        samples: dict[str, list[float]] = {
+            name: [] for name in ("lean", "lean-1", "lean-0", "aiohttp", "aiohttp-1", "aiohttp-0")
+        }
+        pages = -(-count // options.per_page)
         unpaged = ours(bench, replica)
         await unpaged()
         await lean.get(unpaged_target, auth)
@@ -216,6 +247,8 @@ async def measure(
             began = time.perf_counter()
             await unpaged()
             samples["aiohttp-1"].append(time.perf_counter() - began)
+            samples["lean-0"].append(await floor_lean(lean, pages, auth))
+            samples["aiohttp-0"].append(await floor_aiohttp(bench, replica, pages))
     finally:
         await lean.close()
     gowalk = await build_gowalk()
@@ -233,7 +266,6 @@ async def measure(
             kube_walks.append(await walk_kube(api, options.per_page))
     finally:
         await api.close()
-    pages = -(-count // options.per_page)
     goal = Goal("ratio", "<=", WALK_GOAL, f"≤ {WALK_GOAL:g}x one unpaged list")
     ms = {name: median(values) * 1000 for name, values in samples.items()}
     rows = []
@@ -276,6 +308,19 @@ async def measure(
             ms["aiohttp-1"],
             goals=(goal,),
             note=f"medians of {options.walks}",
+        ),
+        *(
+            Row(
+                SECTION,
+                f"{pages} requests for an empty page (same endpoint), {client} client",
+                ms[f"{name}-0"],
+                "ms",
+                "one unpaged list, same client",
+                ms[f"{name}-1"],
+                note=f"medians of {options.walks}; no goal: the walk's floor, the cost of "
+                f"{pages} round trips before any allocation is sent",
+            )
+            for name, client in (("lean", "lean Python"), ("aiohttp", "aiohttp"))
         ),
         Row(
             SECTION,

@@ -50,7 +50,7 @@ def task_names(store: AllocationStore) -> list[str]:
     return [task["Name"] for task in stored.wire["Job"]["TaskGroups"][0]["Tasks"]]
 
 
-async def test_a_new_generation_is_parsed_again(api: client.ApiClient) -> None:
+async def test_status_and_spec_changes_both_reach_the_store(api: client.ApiClient) -> None:
     feed, store = synced_feed(api)
     first = example(generation=1, version=120)
     feed._change(Changed("ADDED", first, 120))
@@ -74,4 +74,3 @@ async def test_a_deleted_allocation_leaves_nothing_behind(api: client.ApiClient)
     feed._change(Changed("ADDED", example(generation=1, version=120), 120))
     feed._change(Changed("DELETED", example(generation=1, version=123), 123))
     assert store.get(UID) is None
-    assert feed._specs == {}

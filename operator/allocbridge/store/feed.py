@@ -20,7 +20,6 @@ from allocbridge.cluster.resources import GROUP, PLURAL, VERSION
 from allocbridge.cluster.watch import Changed, Listed, watch
 from allocbridge.model import wire
 from allocbridge.model.pods import LABEL_MANAGED_BY, MANAGED_BY, owning_allocation
-from allocbridge.model.spec import AllocationSpec
 from allocbridge.model.validation import parse_and_validate
 from allocbridge.store.allocation import StoredAllocation
 from allocbridge.store.memory import AllocationStore
@@ -31,16 +30,10 @@ Key = tuple[str, str]
 Json = dict[str, Any]
 
 
-def usable_spec(obj: Mapping[str, Any]) -> AllocationSpec | None:
-    """The Allocation's spec, parsed, or None when it does not validate."""
+def render(obj: Mapping[str, Any], pod: Mapping[str, Any] | None) -> StoredAllocation:
+    """One Allocation object (and its pod) as the store keeps it."""
     spec, problems = parse_and_validate(obj.get("spec") or {})
-    return spec if not problems else None
-
-
-def render(
-    obj: Mapping[str, Any], pod: Mapping[str, Any] | None, usable: AllocationSpec | None
-) -> StoredAllocation:
-    """One Allocation object (and its pod) as the store keeps it, `usable` its parsed spec."""
+    usable = spec if not problems else None
     return StoredAllocation.from_wire(
         wire.allocation(obj, usable, pod),
         services=wire.services(obj, usable, pod),
@@ -63,10 +56,6 @@ class StoreFeed:
         self.pods: dict[Key, Json] = {}
         self._listed: set[str] = set()
         self._expected: set[str] = set()
-        # Parsed specs by uid, with the generation they were parsed from: every status write
-        # and pod change re-renders an allocation, and parsing its spec each time was a third
-        # of the feed's CPU.
-        self._specs: dict[str, tuple[Any, AllocationSpec | None]] = {}
 
     async def run(self) -> None:
         streams = []
@@ -115,13 +104,8 @@ class StoreFeed:
         for item in listed.items:
             target[_key(item)] = item
         self._listed.add(name)
-        if target is self.allocs:
-            present = {str(obj["metadata"].get("uid", "")) for obj in self.allocs.values()}
-            self._specs = {uid: kept for uid, kept in self._specs.items() if uid in present}
         if self._listed >= self._expected:
-            rendered = [
-                self._render(obj, self.pods.get(_pod_key(obj))) for obj in self.allocs.values()
-            ]
+            rendered = [render(obj, self.pods.get(_pod_key(obj))) for obj in self.allocs.values()]
             self.store.replace_all(rendered, listed.resource_version)
             log.info("allocation store synced", extra={"allocations": len(rendered)})
 
@@ -140,26 +124,17 @@ class StoreFeed:
             alloc_key = (key[0], owning_allocation(obj) or key[1])
             alloc = self.allocs.get(alloc_key)
             if alloc is not None and self._synced:
-                self.store.upsert(self._render(alloc, self.pods.get(alloc_key)))
+                self.store.upsert(render(alloc, self.pods.get(alloc_key)))
             self.store.advance(event.resource_version)
             return
         if event.kind == "DELETED":
             self.allocs.pop(key, None)
-            self._specs.pop(str(obj["metadata"].get("uid", "")), None)
             if self._synced:
                 self.store.remove(obj["metadata"]["uid"], event.resource_version)
             return
         self.allocs[key] = obj
         if self._synced:
-            self.store.upsert(self._render(obj, self.pods.get(key)))
-
-    def _render(self, obj: Mapping[str, Any], pod: Mapping[str, Any] | None) -> StoredAllocation:
-        meta = obj["metadata"]
-        uid, generation = str(meta.get("uid", "")), meta.get("generation")
-        cached = self._specs.get(uid)
-        if cached is None or cached[0] != generation:
-            cached = self._specs[uid] = (generation, usable_spec(obj))
-        return render(obj, pod, cached[1])
+            self.store.upsert(render(obj, self.pods.get(key)))
 
     @property
     def _synced(self) -> bool:
