@@ -1,6 +1,7 @@
 """The watch-fed, in-memory view of allocations that every replica serves the API from.
 
-Only `model` and `config` may be imported from here: no Kubernetes, no HTTP.
+The store itself imports only `model` and `config`: no Kubernetes, no HTTP. `store.feed`, the
+watch that fills it, is the one module that talks to Kubernetes (through `cluster`).
 """
 
 from allocbridge.store.allocation import StoredAllocation, stub_jsons
