@@ -53,7 +53,9 @@ class Replica(Operator):
         self.grace = 3.0
         edits = {
             r"graceful_shutdown_wait_duration = .*": 'graceful_shutdown_wait_duration = "3s"',
-            r"^log \{.*\}$": 'log {\n  level = "info"\n  format = "json"\n}',
+            # debug: each reconcile pass is logged, which is how `reconciled` tells the replica
+            # that acted, even where the session's own operator wrote the status first
+            r"^log \{.*\}$": 'log {\n  level = "debug"\n  format = "json"\n}',
         }
         if peering is not None:
             edits[r"standalone = true"] = (
@@ -96,12 +98,12 @@ class Replica(Operator):
         return state
 
     def reconciled(self, namespace: str, name: str | None = None) -> bool:
-        """Whether this run's reconciler acted on an allocation in `namespace` (named `name`):
-        it logs what it did (created the pod, found it created, failed the validation)."""
+        """Whether this run's reconciler made a pass over an allocation in `namespace` (named
+        `name`), as its debug log says."""
         for record in self.records():
             where, _, which = str(record.get("allocation", "")).partition("/")
             if (
-                record.get("logger") == "allocbridge.reconcile.allocations"
+                record.get("msg") == "reconcile pass"
                 and where == namespace
                 and (name is None or which == name)
             ):
