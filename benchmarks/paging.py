@@ -289,25 +289,21 @@ async def measure(
             )
     return [
         *rows,
-        Row(
-            SECTION,
-            "same walk, lean Python client",
-            ms["lean"],
-            "ms",
-            "one unpaged list, same client",
-            ms["lean-1"],
-            goals=(goal,),
-            note=f"medians of {options.walks}; keep-alive HTTP/1.1 in a few lines of asyncio",
-        ),
-        Row(
-            SECTION,
-            "same walk, aiohttp client",
-            ms["aiohttp"],
-            "ms",
-            "one unpaged list, same client",
-            ms["aiohttp-1"],
-            goals=(goal,),
-            note=f"medians of {options.walks}",
+        *(
+            Row(
+                SECTION,
+                f"same walk, {client} client",
+                ms[name],
+                "ms",
+                "one unpaged list, same client",
+                ms[f"{name}-1"],
+                goals=(goal,),
+                note=f"medians of {options.walks}{note}",
+            )
+            for name, client, note in (
+                ("lean", "lean Python", "; keep-alive HTTP/1.1 in a few lines of asyncio"),
+                ("aiohttp", "aiohttp", ""),
+            )
         ),
         *(
             Row(
