@@ -56,6 +56,17 @@ class Outcome:
     first: float
     extra: dict[str, float] = field(default_factory=dict)
 
+    @classmethod
+    def timed(cls, added_bytes: int, answers: list[float], changed_at: float) -> Outcome:
+        """The last and first answer's delay after the change at `changed_at`."""
+        return cls(added_bytes, max(answers) - changed_at, min(answers) - changed_at)
+
+
+async def _cancel_all(tasks: list[asyncio.Task[None]]) -> None:
+    for task in tasks:
+        task.cancel()
+    await asyncio.gather(*tasks, return_exceptions=True)
+
 
 async def _settle(check: int, port: int, wanted: int, patience: float) -> None:
     deadline = time.monotonic() + patience
@@ -119,10 +130,8 @@ async def ours(
             await _touch(bench, namespace, target, f"ours-{round_}")
             await asyncio.gather(*tasks)
         finally:
-            for task in tasks:
-                task.cancel()
-            await asyncio.gather(*tasks, return_exceptions=True)
-    return Outcome(parked - before, max(answers) - changed_at, min(answers) - changed_at)
+            await _cancel_all(tasks)
+    return Outcome.timed(parked - before, answers, changed_at)
 
 
 async def kube_watches(
@@ -169,10 +178,8 @@ async def kube_watches(
             async with asyncio.timeout(120):
                 await asyncio.gather(*tasks)
         finally:
-            for task in tasks:
-                task.cancel()
-            await asyncio.gather(*tasks, return_exceptions=True)
-    return Outcome(parked - before, max(answers) - changed_at, min(answers) - changed_at)
+            await _cancel_all(tasks)
+    return Outcome.timed(parked - before, answers, changed_at)
 
 
 async def _rounds(run: str, attempt: Callable[[int], Awaitable[Outcome]]) -> Outcome:
