@@ -58,40 +58,56 @@ def replica_set(count: int) -> Json:
     }
 
 
-async def watch_until(
-    bench: Bench, path: str, done: Callable[[dict[str, Json]], bool], ready: asyncio.Event
-) -> float:
+class Progress:
+    """How many followed objects pass `test`, kept up to date one event at a time: a check
+    that counted all N objects on every event would make the bench's own watcher a slow
+    consumer of the API server, competing for the same cores as what it measures."""
+
+    def __init__(self, test: Callable[[Json], bool], needed: int) -> None:
+        self.test = test
+        self.needed = needed
+        self.passing: set[str] = set()
+
+    def see(self, name: str, obj: Json | None) -> None:
+        if obj is not None and self.test(obj):
+            self.passing.add(name)
+        else:
+            self.passing.discard(name)
+
+    @property
+    def done(self) -> bool:
+        return len(self.passing) >= self.needed
+
+
+async def watch_until(bench: Bench, path: str, progress: Progress, ready: asyncio.Event) -> float:
     """Follow the objects at `path` (list, then watch; list again if the API server ends the
-    watch) until `done(objects by name)`; returns the `perf_counter` time of the list or event
-    that made it true. Sets `ready` once the first list is in."""
+    watch) until `progress` is done; returns the `perf_counter` time of the list or event that
+    made it so. Sets `ready` once the first list is in."""
     while True:
         listed = await bench.api.get(path)
-        objects = {item["metadata"]["name"]: item for item in listed.get("items") or []}
+        progress.passing.clear()
+        for item in listed.get("items") or []:
+            progress.see(item["metadata"]["name"], item)
         ready.set()
-        if done(objects):
+        if progress.done:
             return time.perf_counter()
         async for event in bench.api.watch(path, listed["metadata"]["resourceVersion"]):
-            obj = event["object"]
-            if event["type"] == "DELETED":
-                objects.pop(obj["metadata"]["name"], None)
-            elif event["type"] in ("ADDED", "MODIFIED"):
-                objects[obj["metadata"]["name"]] = obj
-            elif event["type"] == "ERROR":
+            if event["type"] == "ERROR":
+                log(f"reconcile: watch error: {event['object'].get('message', '')}")
                 break
-            if done(objects):
+            obj = event["object"]
+            progress.see(obj["metadata"]["name"], obj if event["type"] != "DELETED" else None)
+            if progress.done:
                 return time.perf_counter()
         log(f"reconcile: the watch of {path} ended; listing again")
 
 
 async def _timed(
-    bench: Bench,
-    path: str,
-    done: Callable[[dict[str, Json]], bool],
-    start: Callable[[], Awaitable[None]],
+    bench: Bench, path: str, progress: Progress, start: Callable[[], Awaitable[None]]
 ) -> tuple[float, float]:
     """(seconds until done, seconds `start` itself took)."""
     ready = asyncio.Event()
-    watcher = asyncio.create_task(watch_until(bench, path, done, ready))
+    watcher = asyncio.create_task(watch_until(bench, path, progress, ready))
     await ready.wait()
     began = time.perf_counter()
     await start()
@@ -104,23 +120,14 @@ async def _timed(
     return finished - began, issued
 
 
-def _running(count: int) -> Callable[[dict[str, Json]], bool]:
-    def done(objects: dict[str, Json]) -> bool:
-        running = sum(
-            1 for o in objects.values() if (o.get("status") or {}).get("clientStatus") == "running"
-        )
-        return running >= count
-
-    return done
+def _running(count: int) -> Progress:
+    """Done when `count` Allocations report `clientStatus: running`."""
+    return Progress(lambda o: (o.get("status") or {}).get("clientStatus") == "running", count)
 
 
-def _ready_replicas(count: int) -> Callable[[dict[str, Json]], bool]:
-    def done(objects: dict[str, Json]) -> bool:
-        return any(
-            (o.get("status") or {}).get("readyReplicas", 0) >= count for o in objects.values()
-        )
-
-    return done
+def _ready_replicas(count: int) -> Progress:
+    """Done when the ReplicaSet reports `count` ready replicas."""
+    return Progress(lambda o: (o.get("status") or {}).get("readyReplicas", 0) >= count, 1)
 
 
 def _since(before: dict[str, int], after: dict[str, int], what: str) -> int:
