@@ -268,6 +268,34 @@ def test_kubernetes_pod_events_become_task_events(
     assert event["displayMessage"] == "Unhealthy: Readiness probe failed: connection refused"
 
 
+def test_an_unschedulable_allocation_shows_the_warning_within_seconds(
+    operator: Operator, kubectl: Any, namespace: str
+) -> None:
+    # The first write of a routine start may wait for the start (30 s); a Warning Event is
+    # trouble, which cuts the wait back to the 5 s coalescing window.
+    task = {
+        "name": "main",
+        "driver": "docker",
+        "config": {"image": "busybox"},
+        "resources": {"cpu": 2_000_000, "memoryMB": 64},  # 2,000 CPUs; the node has 1,000
+    }
+    kubectl.apply(alloc_manifest("too-big", namespace, tasks=[task]))
+    state = eventually(
+        lambda: (
+            (s := status(kubectl, namespace, "too-big"))
+            and any(
+                e["displayMessage"].startswith("FailedScheduling")
+                for e in s["taskStates"]["main"]["events"]
+            )
+            and s
+        ),
+        timeout=20,
+        what="the scheduler's FailedScheduling warning as a task event",
+    )
+    assert state["clientStatus"] == "pending"
+    assert "Received" in event_types(state, "main")
+
+
 def test_deleting_the_allocation_removes_its_pod(
     operator: Operator, kubectl: Any, namespace: str
 ) -> None:

@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from allocbridge.model.status import KubeEvent
-from allocbridge.reconcile.allocations import urgent
+from allocbridge.reconcile.allocations import routine_start, urgent
 from allocbridge.reconcile.observed import Observed
 
 
@@ -91,6 +91,21 @@ def test_the_first_write_waits_only_while_the_allocation_is_pending() -> None:
     assert urgent({**first, "taskStates": {"web": {"state": "dead", "failed": True}}}, {})
     assert urgent({**first, "desiredStatus": "stop"}, {})
     assert urgent({**first, "startAfter": 7}, {})
+
+
+def kube(kind: str) -> KubeEvent:
+    return KubeEvent(uid="e1", reason="Scheduled", message="", type=kind, time_ns=1, container=None)
+
+
+def test_only_a_first_pending_write_without_trouble_is_a_routine_start() -> None:
+    first = {"clientStatus": "pending", "observed": {"web": {}}}
+    assert routine_start({}, first, [kube("Normal")])
+    assert routine_start({}, {}, [])  # nothing derived yet reads as pending
+    assert not routine_start(WRITTEN, first, [])  # something was written before
+    assert not routine_start({}, {**first, "clientStatus": "running"}, [])
+    assert not routine_start({}, first, [kube("Normal"), kube("Warning")])
+    waiting = {**first, "observed": {"web": {"waiting": "ErrImagePull"}}}
+    assert not routine_start({}, waiting, [])
 
 
 def test_managed_fields_are_not_kept() -> None:

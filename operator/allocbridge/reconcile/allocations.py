@@ -20,6 +20,11 @@ Status writes are coalesced: a change that only adds information (the node, task
 bookkeeping of what was seen, the first write of a pending allocation) waits up to `coalesce`
 seconds for the next change that matters (a task or client status, a stop, a restart), and
 goes out with it in one PATCH: a pod that starts within that time costs a single status write.
+The first write of an allocation whose start shows no trouble (no Warning Event, no waiting
+reason) waits longer, up to `start_hold` seconds, for the start itself: when hundreds start at
+once and the API server is the bottleneck, a start takes longer than `coalesce`, and a pending
+write that the running one replaces moments later would double the writes. Trouble cuts the
+wait back to `coalesce`, so a failing pull or an unschedulable pod still shows within seconds.
 Later passes derive from the held-back status, so nothing a pass added is lost, unless someone
 else writes the status meanwhile (then the pass starts again from what is written). The price:
 an operator that dies within those seconds has not written what it held, so a pod deleted while
@@ -32,7 +37,7 @@ import asyncio
 import datetime
 import logging
 import time
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from kubernetes_asyncio.client.exceptions import ApiException
@@ -61,6 +66,11 @@ Key = tuple[str, str]  # (namespace, allocation name)
 #: the Scheduled event and the start would otherwise be three writes), short enough that an
 #: image pull error still shows within seconds.
 DEFAULT_COALESCE = 5.0
+
+#: Seconds the first write of a routinely starting allocation may wait for the start (see the
+#: module docstring): above the slowest start of a burst of 500 on a 2-core machine (about
+#: 15 s), and bounded, so a long but routine image pull shows its events within half a minute.
+DEFAULT_START_HOLD = 30.0
 
 #: Status keys (top level) whose changes alone need no immediate write; in `taskStates`, a
 #: task whose only change is new events needs none either.
@@ -107,6 +117,20 @@ def urgent(patch: Mapping[str, Any], previous: Mapping[str, Any]) -> bool:
     return False
 
 
+def routine_start(
+    written: Mapping[str, Any], status: Mapping[str, Any], events: Sequence[KubeEvent]
+) -> bool:
+    """Whether `status` is the first write of an allocation that is starting without trouble:
+    nothing written yet, still pending, no Warning Event about its pod and no task waiting for
+    a reason (a pull error, a crash back-off)."""
+    if written or status.get("clientStatus", "pending") != "pending":
+        return False
+    if any(event.type != "Normal" for event in events):
+        return False
+    seen = (status.get("observed") or {}).values()
+    return not any(isinstance(task, Mapping) and task.get("waiting") for task in seen)
+
+
 def kube_event(event: Mapping[str, Any]) -> KubeEvent:
     """A Kubernetes Event about a pod, reduced to what `derive` needs."""
     involved = event.get("involvedObject") or {}
@@ -140,11 +164,13 @@ class Reconciler:
         actions: Actions | None = None,
         *,
         coalesce: float = DEFAULT_COALESCE,
+        start_hold: float = DEFAULT_START_HOLD,
     ) -> None:
         self.kube = kube
         self.settings = settings
         self.actions = actions
         self.coalesce = coalesce
+        self.start_hold = start_hold
         self.observed = Observed()
         self.dirty: set[Key] = set()
         self.workers: dict[Key, asyncio.Task[None]] = {}
@@ -154,7 +180,7 @@ class Reconciler:
         # of that version only echoes what this reconciler wrote, so it needs no pass.
         self.written: dict[Key, str] = {}
         self.verify: set[Key] = set()  # next pass reads the pod: it was (re-)listed
-        # Held-back status writes: (loop time by which it must go out, the resourceVersion it
+        # Held-back status writes: (loop time it was first held back, the resourceVersion it
         # was derived from, the status). The next pass derives from it, not from the written
         # status, so what one pass added (events of a transition) is never derived away.
         self.held: dict[Key, tuple[float, str, Json]] = {}
@@ -341,7 +367,8 @@ class Reconciler:
             await self.kube.delete_pod(
                 namespace, name, pods.termination_grace_seconds(spec), uid=pod["metadata"]["uid"]
             )
-        await self._write(alloc, written, status)
+        patience = self.start_hold if routine_start(written, status, events) else self.coalesce
+        await self._write(alloc, written, status, patience)
         self.verify.discard(key)
         boundary = await self._follow_schedules(alloc, spec, status)
         if boundary is not None:
@@ -443,21 +470,25 @@ class Reconciler:
         self.held.pop(key, None)
         return written
 
-    async def _write(self, alloc: Json, written: Json, status: Json) -> None:
-        """PATCH the status change, or hold back an informational one (see `coalesce`)."""
+    async def _write(
+        self, alloc: Json, written: Json, status: Json, patience: float | None = None
+    ) -> None:
+        """PATCH the status change, or hold back an informational one for up to `patience`
+        seconds since it was first held (default `coalesce`; see the module docstring)."""
         meta = alloc["metadata"]
         key = (meta["namespace"], meta["name"])
         patch = merge_patch(written, status)
         if not patch:
             self.held.pop(key, None)
             return
-        if self.coalesce > 0 and not urgent(patch, written):
+        patience = self.coalesce if patience is None else patience
+        if patience > 0 and not urgent(patch, written):
             now = asyncio.get_running_loop().time()
             held = self.held.get(key)
-            due = held[0] if held is not None else now + self.coalesce
-            if due > now:
-                self.held[key] = (due, meta["resourceVersion"], status)
-                self.schedule(*key, delay=due - now)
+            since = held[0] if held is not None else now
+            if since + patience > now:
+                self.held[key] = (since, meta["resourceVersion"], status)
+                self.schedule(*key, delay=since + patience - now)
                 return
         self.held.pop(key, None)
         patch["modifyTime"] = time.time_ns()
