@@ -74,3 +74,36 @@ async def test_a_deleted_allocation_leaves_nothing_behind(api: client.ApiClient)
     feed._change(Changed("ADDED", example(generation=1, version=120), 120))
     feed._change(Changed("DELETED", example(generation=1, version=123), 123))
     assert store.get(UID) is None
+
+
+def pod(version: int, **status: Any) -> dict[str, Any]:
+    owner = {"kind": "Allocation", "name": "web-0", "uid": UID, "controller": True}
+    return {
+        "kind": "Pod",
+        "metadata": {
+            "name": "web-0",
+            "namespace": "default",
+            "resourceVersion": str(version),
+            "ownerReferences": [owner],
+        },
+        "spec": {},
+        "status": status,
+    }
+
+
+async def test_only_pod_changes_the_api_shows_render_the_allocation_again(
+    api: client.ApiClient,
+) -> None:
+    feed, store = synced_feed(api)
+    feed._change(Changed("ADDED", example(generation=1, version=120), 120))
+    rendered = store.get(UID)
+    feed._change(Changed("ADDED", pod(121, phase="Pending"), 121))
+    bound = pod(122, phase="Pending", conditions=[{"type": "PodScheduled", "status": "True"}])
+    feed._change(Changed("MODIFIED", bound, 122))
+    assert store.get(UID) is rendered, "nothing the API shows changed"
+    assert store.index == 122, "the index still moves"
+    feed._change(Changed("MODIFIED", pod(123, phase="Running", podIP="10.0.0.9"), 123))
+    running = store.get(UID)
+    assert running is not rendered
+    feed._change(Changed("DELETED", pod(124, phase="Running", podIP="10.0.0.9"), 124))
+    assert store.get(UID) is not running, "a deleted pod takes its address with it"

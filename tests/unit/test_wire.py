@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import copy
 from pathlib import Path
 from typing import Any
 
@@ -9,7 +10,7 @@ import yaml
 
 from allocbridge.model.spec import parse_spec
 from allocbridge.model.status import derive, rfc3339
-from allocbridge.model.wire import allocation, checks, eval_id, services, task_event
+from allocbridge.model.wire import allocation, checks, eval_id, pod_view, services, task_event
 
 EXAMPLES = Path(__file__).parents[2] / "examples"
 NS = 1_000_000_000
@@ -79,6 +80,31 @@ def running_pod(obj: dict[str, Any], ready: bool) -> dict[str, Any]:
             ],
         },
     }
+
+
+def test_pod_view_holds_everything_the_shapes_read() -> None:
+    obj = example("services-checks.yaml")
+    spec = parse_spec(obj["spec"])
+    obj["status"] = {"clientStatus": "running", "nodeID": "n1"}
+    pod = running_pod(obj, ready=True)
+    elsewhere = copy.deepcopy(pod)  # changed only outside the view
+    elsewhere["metadata"] = {"resourceVersion": "9", "labels": {"extra": "label"}}
+    elsewhere["spec"]["nodeName"] = "node-2"
+    elsewhere["status"]["phase"] = "Unknown"
+    elsewhere["status"]["conditions"] = [{"type": "PodScheduled", "status": "True"}]
+    for container in elsewhere["status"]["containerStatuses"]:
+        container["restartCount"] = 3
+    assert pod_view(elsewhere) == pod_view(pod)
+    for shape in (allocation, services, checks):
+        assert shape(obj, spec, elsewhere) == shape(obj, spec, pod)
+    unready = running_pod(obj, ready=False)
+    assert pod_view(unready) != pod_view(pod)
+    assert checks(obj, spec, unready) != checks(obj, spec, pod)
+    moved = copy.deepcopy(pod)
+    moved["status"]["podIP"] = "10.0.0.8"
+    assert pod_view(moved) != pod_view(pod)
+    assert services(obj, spec, moved) != services(obj, spec, pod)
+    assert pod_view(None) == pod_view({"status": {}})
 
 
 def test_allocation_has_the_spec_fields_and_index_rules() -> None:

@@ -122,6 +122,24 @@ def pod_ip(pod: Mapping[str, Any] | None) -> str:
     return str(((pod or {}).get("status") or {}).get("podIP") or "")
 
 
+def pod_view(pod: Mapping[str, Any] | None) -> tuple[Any, ...]:
+    """All that the shapes below read from a pod (its address, start time, and each
+    container's readiness and start), so that a pod change outside it needs no new render:
+    most of a starting pod's changes (its binding, conditions) are outside it."""
+    status = (pod or {}).get("status") or {}
+    containers = tuple(
+        (
+            c.get("name"),
+            bool(c.get("ready")),
+            "running" in (c.get("state") or {}),
+            ((c.get("state") or {}).get("running") or {}).get("startedAt"),
+        )
+        for key in ("initContainerStatuses", "containerStatuses")
+        for c in status.get(key) or []
+    )
+    return pod_ip(pod), status.get("startTime"), containers
+
+
 def allocation(
     obj: Mapping[str, Any], spec: AllocationSpec | None, pod: Mapping[str, Any] | None = None
 ) -> Json:

@@ -3,8 +3,9 @@
 The feed is independent of which replica leads reconciliation: each replica watches the same
 objects and so sees the same resourceVersions, which is what makes indexes, blocking queries
 and paging tokens portable across replicas behind one Service. An allocation is re-rendered
-whenever it or its pod changes; pod-only changes (address, readiness) also move the store's
-index so that parked queries on services and checks wake.
+whenever it changes, or its pod changes in what the API shows (`wire.pod_view`: address,
+readiness); such pod-only changes also move the store's index so that parked queries on
+services and checks wake.
 """
 
 from __future__ import annotations
@@ -117,14 +118,16 @@ class StoreFeed:
         key = _key(obj)
         is_pod = obj.get("kind") == "Pod"
         if is_pod:
+            alloc_key = (key[0], owning_allocation(obj) or key[1])
+            before = wire.pod_view(self.pods.get(alloc_key))
             if event.kind == "DELETED":
                 self.pods.pop(key, None)
             else:
                 self.pods[key] = obj
-            alloc_key = (key[0], owning_allocation(obj) or key[1])
             alloc = self.allocs.get(alloc_key)
-            if alloc is not None and self._synced:
-                self.store.upsert(render(alloc, self.pods.get(alloc_key)))
+            pod = self.pods.get(alloc_key)
+            if alloc is not None and self._synced and wire.pod_view(pod) != before:
+                self.store.upsert(render(alloc, pod))
             self.store.advance(event.resource_version)
             return
         if event.kind == "DELETED":
