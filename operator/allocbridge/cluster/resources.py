@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from typing import Any, Final, cast
+from urllib.parse import quote
 
 import orjson
 from kubernetes_asyncio import client
@@ -35,6 +36,37 @@ async def raw_json(call: Any) -> Json:
             # With raw responses the client does not raise on errors; do what it would.
             raise ApiException(status=response.status, reason=response.reason)
     return cast(Json, orjson.loads(body))
+
+
+async def send_json(
+    api: client.ApiClient,
+    method: str,
+    path: str,
+    body: Mapping[str, Any],
+    content_type: str = "application/json",
+) -> Json:
+    """Send `body` encoded by orjson on `api`'s own session, credentials and headers.
+
+    kubernetes_asyncio walks every request body (`sanitize_for_serialization`) and encodes it
+    with the standard library's json: a tenth of the operator's CPU when hundreds of pods start
+    at once. The bodies sent here are plain JSON-ready dicts, so both steps can go.
+    """
+    headers = {**api.default_headers, "Content-Type": content_type, "Accept": "application/json"}
+    await api.update_params_for_auth(headers, [], ["BearerToken"])
+    rest = api.rest_client
+    options: dict[str, Any] = {}
+    if rest.proxy:
+        options.update(proxy=rest.proxy, proxy_headers=rest.proxy_headers)
+    if rest.server_hostname:
+        options["server_hostname"] = rest.server_hostname
+    url = f"{api.configuration.host}{path}"
+    async with rest.pool_manager.request(
+        method, url, data=orjson.dumps(body), headers=headers, **options
+    ) as response:
+        raw = await response.read()
+        if response.status >= 400:
+            raise ApiException(status=response.status, reason=response.reason)
+    return cast(Json, orjson.loads(raw))
 
 
 class Kube:
@@ -72,17 +104,9 @@ class Kube:
         patch: Json = {"status": status}
         if resource_version:
             patch["metadata"] = {"resourceVersion": resource_version}
-        return await raw_json(
-            self.custom.patch_namespaced_custom_object_status(
-                GROUP,
-                VERSION,
-                namespace,
-                PLURAL,
-                name,
-                patch,
-                _content_type="application/merge-patch+json",
-                _preload_content=False,
-            )
+        path = f"/apis/{GROUP}/{VERSION}/namespaces/{quote(namespace)}/{PLURAL}/{quote(name)}"
+        return await send_json(
+            self.api, "PATCH", f"{path}/status", patch, "application/merge-patch+json"
         )
 
     async def get_pod(self, namespace: str, name: str) -> Json | None:
@@ -98,8 +122,8 @@ class Kube:
     async def create_pod(self, namespace: str, body: Mapping[str, Any]) -> Json | None:
         """Create the pod; None when one of that name exists already (creation is idempotent)."""
         try:
-            return await raw_json(
-                self.core.create_namespaced_pod(namespace, body, _preload_content=False)
+            return await send_json(
+                self.api, "POST", f"/api/v1/namespaces/{quote(namespace)}/pods", body
             )
         except ApiException as exc:
             if exc.status == 409:
