@@ -43,6 +43,21 @@ def event_types(state: dict[str, Any], task: str) -> list[str]:
     return [e["type"] for e in state["taskStates"][task]["events"]]
 
 
+def wait_task_event(
+    kubectl: Any, namespace: str, name: str, prefix: str, *, what: str, timeout: float = 30
+) -> tuple[dict[str, Any], dict[str, Any]]:
+    """(the status, the event) once task `main` has an event whose message starts `prefix`."""
+
+    def found() -> tuple[dict[str, Any], dict[str, Any]] | None:
+        state = status(kubectl, namespace, name)
+        events = ((state.get("taskStates") or {}).get("main") or {}).get("events") or []
+        event = next((e for e in events if e["displayMessage"].startswith(prefix)), None)
+        return (state, event) if event is not None else None
+
+    result: tuple[dict[str, Any], dict[str, Any]] = eventually(found, timeout=timeout, what=what)
+    return result
+
+
 def pods_of(kubectl: Any, namespace: str) -> list[dict[str, Any]]:
     items: list[dict[str, Any]] = kubectl.json("get", "pods", "-n", namespace)["items"]
     return items
@@ -248,21 +263,8 @@ def test_kubernetes_pod_events_become_task_events(
             "source": {"component": "kubelet"},
         }
     )
-    state = eventually(
-        lambda: (
-            (s := status(kubectl, namespace, "probed"))
-            and any(
-                e["displayMessage"].startswith("Unhealthy")
-                for e in s["taskStates"]["main"]["events"]
-            )
-            and s
-        ),
-        what="the pod event as a task event",
-    )
-    event = next(
-        e
-        for e in state["taskStates"]["main"]["events"]
-        if e["displayMessage"].startswith("Unhealthy")
+    _, event = wait_task_event(
+        kubectl, namespace, "probed", "Unhealthy", what="the pod event as a task event"
     )
     assert event["type"] == "Driver"
     assert event["displayMessage"] == "Unhealthy: Readiness probe failed: connection refused"
@@ -280,15 +282,11 @@ def test_an_unschedulable_allocation_shows_the_warning_within_seconds(
         "resources": {"cpu": 2_000_000, "memoryMB": 64},  # 2,000 CPUs; the node has 1,000
     }
     kubectl.apply(alloc_manifest("too-big", namespace, tasks=[task]))
-    state = eventually(
-        lambda: (
-            (s := status(kubectl, namespace, "too-big"))
-            and any(
-                e["displayMessage"].startswith("FailedScheduling")
-                for e in s["taskStates"]["main"]["events"]
-            )
-            and s
-        ),
+    state, _ = wait_task_event(
+        kubectl,
+        namespace,
+        "too-big",
+        "FailedScheduling",
         timeout=20,
         what="the scheduler's FailedScheduling warning as a task event",
     )
