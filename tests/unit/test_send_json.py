@@ -41,48 +41,34 @@ async def server() -> AsyncIterator[tuple[TestServer, list[dict[str, Any]]]]:
     await test_server.close()
 
 
-def api_for(test_server: TestServer) -> client.ApiClient:
-    cfg = client.Configuration(host=str(test_server.make_url("")).rstrip("/"))
+@pytest.fixture
+async def api(server: tuple[TestServer, list[dict[str, Any]]]) -> AsyncIterator[client.ApiClient]:
+    """A client of the test server with a bearer token, as the operator's own is."""
+    cfg = client.Configuration(host=str(server[0].make_url("")).rstrip("/"))
     cfg.api_key = {"BearerToken": "t0ken"}
     cfg.api_key_prefix = {"BearerToken": "Bearer"}
-    return client.ApiClient(configuration=cfg)
+    api_client = client.ApiClient(configuration=cfg)
+    yield api_client
+    await api_client.close()
 
 
 async def test_the_body_goes_as_json_with_the_clients_credentials(
-    server: tuple[TestServer, list[dict[str, Any]]],
+    server: tuple[TestServer, list[dict[str, Any]]], api: client.ApiClient
 ) -> None:
-    test_server, seen = server
-    api = api_for(test_server)
-    try:
-        body = {"status": {"clientStatus": "running", "note": "ünïcode"}}
-        answer = await send_json(
-            api,
-            "PATCH",
-            "/apis/g/v1/namespaces/ns/xs/a/status",
-            body,
-            "application/merge-patch+json",
-        )
-    finally:
-        await api.close()
+    _, seen = server
+    body = {"status": {"clientStatus": "running", "note": "ünïcode"}}
+    path = "/apis/g/v1/namespaces/ns/xs/a/status"
+    answer = await send_json(api, "PATCH", path, body, "application/merge-patch+json")
     assert answer == {"echo": body}
     request = seen[0]
-    assert (
-        request["method"] == "PATCH" and request["path"] == "/apis/g/v1/namespaces/ns/xs/a/status"
-    )
+    assert request["method"] == "PATCH" and request["path"] == path
     assert orjson.loads(request["body"]) == body
     assert request["headers"]["Content-Type"] == "application/merge-patch+json"
     assert request["headers"]["Authorization"] == "Bearer t0ken"
     assert request["headers"]["User-Agent"] == api.user_agent
 
 
-async def test_an_error_status_raises_what_the_client_would(
-    server: tuple[TestServer, list[dict[str, Any]]],
-) -> None:
-    test_server, _ = server
-    api = api_for(test_server)
-    try:
-        with pytest.raises(ApiException) as raised:
-            await send_json(api, "POST", "/api/v1/namespaces/ns/pods/taken", {"kind": "Pod"})
-    finally:
-        await api.close()
+async def test_an_error_status_raises_what_the_client_would(api: client.ApiClient) -> None:
+    with pytest.raises(ApiException) as raised:
+        await send_json(api, "POST", "/api/v1/namespaces/ns/pods/taken", {"kind": "Pod"})
     assert raised.value.status == 409
