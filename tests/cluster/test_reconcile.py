@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import subprocess
+import threading
 from pathlib import Path
 from typing import Any
 
@@ -55,6 +56,19 @@ def wait_task_event(
         return (state, event) if event is not None else None
 
     result: tuple[dict[str, Any], dict[str, Any]] = eventually(found, timeout=timeout, what=what)
+    return result
+
+
+def wait_restarted(kubectl: Any, namespace: str, name: str, what: str) -> dict[str, Any]:
+    """The status once task `main` restarted once and the allocation runs again."""
+    result: dict[str, Any] = eventually(
+        lambda: (
+            (s := status(kubectl, namespace, name))["taskStates"]["main"]["restarts"] == 1
+            and s["clientStatus"] == "running"
+            and s
+        ),
+        what=what,
+    )
     return result
 
 
@@ -185,14 +199,7 @@ def test_deleted_pod_is_a_task_failure_and_restarts(
     wait_status(kubectl, namespace, "victim", "running")
     first_uid = kubectl.json("get", "pod", "victim", "-n", namespace)["metadata"]["uid"]
     kubectl("delete", "pod", "victim", "-n", namespace, "--wait=false")
-    state = eventually(
-        lambda: (
-            (s := status(kubectl, namespace, "victim"))["taskStates"]["main"]["restarts"] == 1
-            and s["clientStatus"] == "running"
-            and s
-        ),
-        what="a restart with a new pod",
-    )
+    state = wait_restarted(kubectl, namespace, "victim", "a restart with a new pod")
     lifecycle = [t for t in event_types(state, "main") if t != "Driver"]  # pod Events aside
     assert lifecycle[-3:] == ["Terminated", "Restarting", "Started"]
     pods = pods_of(kubectl, namespace)
@@ -270,6 +277,59 @@ def test_kubernetes_pod_events_become_task_events(
     assert event["displayMessage"] == "Unhealthy: Readiness probe failed: connection refused"
 
 
+def watched_statuses(text: str) -> list[dict[str, Any]]:
+    """The successive statuses in `kubectl get --watch --output-watch-events -o json` output."""
+    decoder = json.JSONDecoder()
+    statuses: list[dict[str, Any]] = []
+    at = 0
+    while (at := text.find("{", at)) >= 0:
+        try:
+            event, at = decoder.raw_decode(text, at)
+        except json.JSONDecodeError:
+            break  # the tail of a document still being written
+        found = event["object"].get("status") or {}
+        if not statuses or found != statuses[-1]:
+            statuses.append(found)
+    return statuses
+
+
+def test_a_routine_start_costs_one_status_write(
+    operator: Operator, kubectl: Any, namespace: str
+) -> None:
+    # What the API server saw, from a watch started before the Allocation exists.
+    watch = subprocess.Popen(
+        [
+            str(kubectl.binary),
+            f"--kubeconfig={kubectl.kubeconfig}",
+            *("get", "allocations", "-n", namespace, "--watch", "--output-watch-events"),
+            *("-o", "json"),
+        ],
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    assert watch.stdout is not None
+    lines: list[str] = []
+    reader = threading.Thread(target=lambda: lines.extend(watch.stdout or ()), daemon=True)
+    reader.start()
+    try:
+        kubectl.apply(alloc_manifest("smooth", namespace))
+        statuses = eventually(
+            lambda: (
+                (found := watched_statuses("".join(lines)))
+                and found[-1].get("clientStatus") == "running"
+                and found
+            ),
+            what="the watch to see the allocation running",
+        )
+    finally:
+        watch.terminate()
+        watch.wait(timeout=10)
+    assert [s.get("clientStatus") for s in statuses] == [None, "running"]
+    events = event_types(statuses[-1], "main")
+    assert events[:2] == ["Received", "Task Setup"] and "Started" in events
+    assert statuses[-1]["nodeName"] and statuses[-1]["createIndex"] > 0
+
+
 def test_an_unschedulable_allocation_shows_the_warning_within_seconds(
     operator: Operator, kubectl: Any, namespace: str
 ) -> None:
@@ -332,13 +392,8 @@ def test_pod_deleted_while_the_operator_is_down_is_noticed_after_a_restart(
     operator.kill()
     kubectl("delete", "pod", "orphaned", "-n", namespace)
     operator.start()
-    state = eventually(
-        lambda: (
-            (s := status(kubectl, namespace, "orphaned"))["taskStates"]["main"]["restarts"] == 1
-            and s["clientStatus"] == "running"
-            and s
-        ),
-        what="the vanished pod counted as a restart, and a new pod",
+    state = wait_restarted(
+        kubectl, namespace, "orphaned", "the vanished pod counted as a restart, and a new pod"
     )
     assert "Restarting" in event_types(state, "main")
     pods = pods_of(kubectl, namespace)
