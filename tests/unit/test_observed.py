@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, cast
 
+from allocbridge.cluster.resources import Kube
+from allocbridge.model.pods import PodSettings
 from allocbridge.model.status import KubeEvent
-from allocbridge.reconcile.allocations import routine_start, urgent
+from allocbridge.reconcile.allocations import Reconciler, routine_start, urgent
 from allocbridge.reconcile.observed import Observed
 
 
@@ -116,3 +118,21 @@ def test_managed_fields_are_not_kept() -> None:
     kept = observed.pod(("ns", "a"))
     assert kept is not None and "managedFields" not in kept["metadata"]
     assert watched["metadata"]["managedFields"]  # the watch's own dict is left alone
+
+
+async def test_a_deleted_allocation_keeps_no_pending_pass() -> None:
+    """A pass still due for a deleted allocation would find nothing in memory and GET it from
+    the API server (or its same-named successor); the deletion cancels it. Other allocations'
+    passes stay due. No request is made here: the reconciler's client is never touched."""
+    reconciler = Reconciler(cast(Kube, None), PodSettings())
+    reconciler.schedule("ns", "gone", delay=30.0)
+    reconciler.schedule("ns", "kept", delay=30.0)
+    pending = reconciler.timers[("ns", "gone")]
+
+    reconciler.allocation_event("DELETED", body("gone", 7))
+
+    assert pending.cancelled()
+    assert list(reconciler.timers) == [("ns", "kept")]
+    assert not reconciler.timers[("ns", "kept")].cancelled()
+    assert not reconciler.workers
+    await reconciler.stop()

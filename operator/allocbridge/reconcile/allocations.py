@@ -228,7 +228,12 @@ class Reconciler:
             self.schedule(*key)
 
     def _forget(self, key: Key) -> None:
-        """Drop what is kept per allocation, once it is gone."""
+        """Drop what is kept per allocation, once it is gone, and its pending pass: that pass
+        would find nothing in memory and ask the API server for an allocation that is gone
+        (or for a new one of the same name, before its own events arrive)."""
+        timer = self.timers.pop(key, None)
+        if timer is not None:
+            timer.cancel()
         self.written.pop(key, None)
         self.verify.discard(key)
         self.held.pop(key, None)
