@@ -444,6 +444,30 @@ def _is_host(host: str) -> bool:
         )
 
 
+def local_settings(
+    name: str,
+    api_port: int,
+    ops_port: int,
+    kubernetes: KubernetesSettings,
+    *,
+    acl: AclSettings = AclSettings(enabled=False),
+    graceful_shutdown_wait: float | None = None,
+    source: str = "<local>",
+) -> Settings:
+    """An operator on this machine: both listeners on 127.0.0.1 without TLS. `allocbridge
+    dev`, the cluster tests and the benchmarks write theirs with `render`."""
+    return Settings(
+        source=source,
+        controller=ControllerSettings(name, graceful_shutdown_wait),
+        listeners=(
+            ListenerSettings("api", DEFAULT_HOST, api_port, tls_disable=True),
+            ListenerSettings("ops", DEFAULT_HOST, ops_port, tls_disable=True),
+        ),
+        kubernetes=kubernetes,
+        acl=acl,
+    )
+
+
 def render(settings: Settings) -> str:
     """The effective configuration as HCL, defaults filled in (what check-config prints)."""
     lines: list[str] = []

@@ -21,29 +21,14 @@ REPO = Path(__file__).resolve().parents[2]
 
 
 def dev_config(api_port: int, ops_port: int, kubeconfig: Path) -> str:
-    return f"""# Written by `allocbridge dev`.
-controller {{
-  name                            = "allocbridge-dev"
-  graceful_shutdown_wait_duration = "2s"
-}}
-listener "tcp" {{
-  purpose     = "api"
-  address     = "127.0.0.1:{api_port}"
-  tls_disable = true
-}}
-listener "tcp" {{
-  purpose     = "ops"
-  address     = "127.0.0.1:{ops_port}"
-  tls_disable = true
-}}
-kubernetes {{
-  kubeconfig = "{kubeconfig}"
-  standalone = true
-}}
-acl {{
-  enabled = false
-}}
-"""
+    settings = config.local_settings(
+        "allocbridge-dev",
+        api_port,
+        ops_port,
+        config.KubernetesSettings(kubeconfig=str(kubeconfig), standalone=True),
+        graceful_shutdown_wait=2.0,
+    )
+    return "# Written by `allocbridge dev`.\n" + config.render(settings)
 
 
 def run_dev(state_dir: str, *, api_port: int, ops_port: int) -> int:

@@ -22,6 +22,7 @@ from typing import Any
 
 import yaml
 
+from allocbridge.config import AclSettings, KubernetesSettings, local_settings, render
 from allocbridge.localcluster.pki import write_token_kubeconfig
 
 REPO = Path(__file__).resolve().parents[2]
@@ -81,33 +82,15 @@ class Operator:
         self.api = f"http://127.0.0.1:{self.api_port}"
         self.ops = f"http://127.0.0.1:{self.ops_port}"
         self.config = folder / "allocbridge.hcl"
-        self.config.write_text(
-            f"""
-controller {{
-  name = "test"
-  graceful_shutdown_wait_duration = "1s"
-}}
-listener "tcp" {{
-  purpose = "api"
-  address = "127.0.0.1:{self.api_port}"
-  tls_disable = true
-}}
-listener "tcp" {{
-  purpose = "ops"
-  address = "127.0.0.1:{self.ops_port}"
-  tls_disable = true
-}}
-kubernetes {{
-  kubeconfig = "{kubeconfig}"
-  standalone = true
-}}
-acl {{
-  enabled = {str(acl).lower()}
-  audiences = [{", ".join(f'"{a}"' for a in audiences)}]
-}}
-log {{ level = "info" }}
-"""
+        settings = local_settings(
+            "test",
+            self.api_port,
+            self.ops_port,
+            KubernetesSettings(kubeconfig=str(kubeconfig), standalone=True),
+            acl=AclSettings(acl, audiences),
+            graceful_shutdown_wait=1.0,
         )
+        self.config.write_text(render(settings))
         self.log = folder / "operator.log"
         self.process: subprocess.Popen[bytes] | None = None
 

@@ -8,6 +8,7 @@ import pytest
 
 from allocbridge import config
 from allocbridge.cli import main
+from allocbridge.devmode import dev_config
 
 OPEN_LISTENERS = """
 listener "tcp" {
@@ -309,3 +310,50 @@ def test_check_config_lists_errors_and_exits_1(
     err = capsys.readouterr().err
     assert err.startswith(f"2 problem(s) in {path}:")
     assert '"cluster" is not supported' in err and "acl block: enabled" in err
+
+
+def test_a_local_operators_settings_survive_render_and_load() -> None:
+    """`allocbridge dev`, the cluster tests and the benchmarks write their operator's file with
+    `local_settings` and `render`; what the operator then loads is what they asked for."""
+    kubernetes = config.KubernetesSettings(
+        kubeconfig="/state/kubeconfig",
+        namespaces=("team-a", "team-b"),
+        standalone=False,
+        peering="bench",
+        priority=100,
+    )
+    asked = config.local_settings(
+        "replica-1",
+        14646,
+        19203,
+        kubernetes,
+        acl=config.AclSettings(True, ("allocbridge",)),
+        graceful_shutdown_wait=1.5,
+    )
+
+    loaded = config.load_text(config.render(asked), source="<local>")
+
+    assert loaded == asked
+    assert loaded.health_enabled
+    assert [(item.address, item.tls_disable) for item in loaded.listeners] == [
+        ("127.0.0.1:14646", True),
+        ("127.0.0.1:19203", True),
+    ]
+
+
+def test_local_settings_default_to_a_standalone_open_replica() -> None:
+    settings = config.local_settings(
+        "dev", 4646, 9203, config.KubernetesSettings(kubeconfig="/k", standalone=True)
+    )
+    assert not settings.acl.enabled
+    assert settings.controller == config.ControllerSettings("dev", None)
+
+
+def test_allocbridge_devs_file_loads_as_an_open_standalone_replica(tmp_path: Path) -> None:
+    text = dev_config(4646, 9203, tmp_path / "kubeconfig")
+    settings = config.load_text(text)
+    assert text.startswith("# Written by `allocbridge dev`.")
+    assert (settings.kubernetes.standalone, settings.acl.enabled) == (True, False)
+    assert settings.kubernetes.kubeconfig == str(tmp_path / "kubeconfig")
+    assert settings.controller == config.ControllerSettings("allocbridge-dev", 2.0)
+    assert [item.port for item in settings.listeners] == [4646, 9203]
