@@ -34,6 +34,7 @@ import aiohttp
 import orjson
 import yaml
 
+from allocbridge.config import AclSettings, KubernetesSettings, local_settings, render
 from allocbridge.localcluster import LocalCluster
 from allocbridge.localcluster.pki import Pki, write_token_kubeconfig
 
@@ -105,6 +106,11 @@ def _proc_jiffies(pid: int) -> tuple[int, int, int]:
     own = int(fields[11]) + int(fields[12])
     children = int(fields[13]) + int(fields[14])
     return own, children, ppid
+
+
+def cpu_seconds(pid: int) -> float:
+    """CPU time (user and system) a process has used so far."""
+    return _proc_jiffies(pid)[0] / os.sysconf("SC_CLK_TCK")
 
 
 @dataclass(frozen=True)
@@ -227,13 +233,15 @@ class Kube:
     async def get(self, path: str) -> Json:
         return await self.request("GET", path)
 
+    async def _metrics(self) -> list[str]:
+        async with self.session.get(self.server + "/metrics") as response:
+            return (await response.text()).splitlines()
+
     async def requests_served(self) -> dict[str, int]:
         """Requests the API server has answered so far (its `apiserver_request_total`), by
         `VERB resource[/subresource]`."""
-        async with self.session.get(self.server + "/metrics") as response:
-            text = await response.text()
         counts: dict[str, int] = {}
-        for line in text.splitlines():
+        for line in await self._metrics():
             if line.startswith("apiserver_request_total{"):
                 labels = dict(_LABEL.findall(line))
                 name = labels.get("resource", "") + (
@@ -244,6 +252,20 @@ class Kube:
                 key = f"{labels.get('verb', '')} {name}{failed}"
                 counts[key] = counts.get(key, 0) + int(float(line.rsplit(" ", 1)[1]))
         return counts
+
+    async def cluster_watches(self, resource: str) -> int:
+        """Open cluster-wide watches of `resource` (`apiserver_longrunning_requests`)."""
+        open_now = 0
+        for line in await self._metrics():
+            if line.startswith("apiserver_longrunning_requests{"):
+                labels = dict(_LABEL.findall(line))
+                if (labels.get("verb"), labels.get("resource"), labels.get("scope")) == (
+                    "WATCH",
+                    resource,
+                    "cluster",
+                ):
+                    open_now += int(float(line.rsplit(" ", 1)[1]))
+        return open_now
 
     async def post(self, path: str, body: Any) -> Json:
         return await self.request("POST", path, body)
@@ -332,33 +354,17 @@ class OperatorProcess:
         return self.process.pid
 
     def config_text(self) -> str:
-        namespaces = ", ".join(json.dumps(n) for n in self.namespaces)
-        membership = (
-            "standalone = true"
-            if self.peering is None
-            else f'standalone = false\n  peering = "{self.peering}"\n  priority = {self.priority}'
+        kubernetes = KubernetesSettings(
+            kubeconfig=str(self.kubeconfig),
+            namespaces=self.namespaces,
+            standalone=self.peering is None,
+            peering=self.peering or KubernetesSettings.peering,
+            priority=self.priority,
         )
-        return f"""controller {{
-  name = "{self.name}"
-}}
-listener "tcp" {{
-  purpose = "api"
-  address = "127.0.0.1:{self.api_port}"
-  tls_disable = true
-}}
-listener "tcp" {{
-  purpose = "ops"
-  address = "127.0.0.1:{self.ops_port}"
-  tls_disable = true
-}}
-kubernetes {{
-  kubeconfig = "{self.kubeconfig}"
-  namespaces = [{namespaces}]
-  {membership}
-}}
-acl {{ enabled = {str(self.acl).lower()} }}
-log {{ level = "info" }}
-"""
+        settings = local_settings(
+            self.name, self.api_port, self.ops_port, kubernetes, acl=AclSettings(self.acl)
+        )
+        return render(settings)
 
     def _spawn(self) -> subprocess.Popen[bytes]:
         self.folder.mkdir(parents=True, exist_ok=True)

@@ -81,6 +81,9 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     timing.add_argument("--per-page", type=int, default=100, help="page size of the walk")
     timing.add_argument("--walks", type=int, default=5, help="paging walks per side")
     timing.add_argument("--exec-runs", type=int, default=3, help="exec sessions per side")
+    timing.add_argument(
+        "--reconcile-rounds", type=int, default=3, help="reconciliation rounds per side"
+    )
     parser.add_argument(
         "--only",
         default=",".join(SECTIONS),
@@ -94,7 +97,16 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     if unknown:
         parser.error(f"unknown sections {unknown}; choose from {', '.join(SECTIONS)}")
     options.sections = frozenset(chosen)
-    for name in ("allocations", "blocking", "exec_mb", "reconcile", "samples", "walks"):
+    for name in (
+        "allocations",
+        "blocking",
+        "exec_mb",
+        "reconcile",
+        "exec_runs",
+        "reconcile_rounds",
+        "samples",
+        "walks",
+    ):
         if getattr(options, name) < 1:
             parser.error(f"--{name.replace('_', '-')} must be at least 1")
     return options
@@ -140,7 +152,9 @@ async def _with_reconciler(
         else:
             report.notes.append("Exec was skipped: this build has no exec endpoint.")
     if "reconcile" in options.sections:
-        rows += await reconcile.measure(bench, RECONCILE_NS, options.reconcile)
+        rows += await reconcile.measure(
+            bench, RECONCILE_NS, options.reconcile, options.reconcile_rounds, operator.pid
+        )
     operator.stop()
     await bench.api.delete(f"{collection(EXEC_NS)}/seed")
     await bench.api.wait_gone(collection(EXEC_NS), patience=120)
