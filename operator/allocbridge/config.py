@@ -451,6 +451,7 @@ def local_settings(
     kubernetes: KubernetesSettings,
     *,
     acl: AclSettings = AclSettings(enabled=False),
+    log: LogSettings = LogSettings(),
     graceful_shutdown_wait: float | None = None,
     source: str = "<local>",
 ) -> Settings:
@@ -465,6 +466,7 @@ def local_settings(
         ),
         kubernetes=kubernetes,
         acl=acl,
+        log=log,
     )
 
 

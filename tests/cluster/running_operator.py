@@ -22,7 +22,13 @@ from typing import Any
 
 import yaml
 
-from allocbridge.config import AclSettings, KubernetesSettings, local_settings, render
+from allocbridge.config import (
+    AclSettings,
+    KubernetesSettings,
+    LogSettings,
+    local_settings,
+    render,
+)
 from allocbridge.localcluster.pki import write_token_kubeconfig
 
 REPO = Path(__file__).resolve().parents[2]
@@ -75,20 +81,38 @@ class Operator:
     """One `allocbridge run` process; `restart()` kills it hard and starts it again."""
 
     def __init__(
-        self, folder: Path, kubeconfig: Path, acl: bool = False, audiences: tuple[str, ...] = ()
+        self,
+        folder: Path,
+        kubeconfig: Path,
+        acl: bool = False,
+        audiences: tuple[str, ...] = (),
+        *,
+        peering: str | None = None,
+        priority: int = 0,
+        log: LogSettings | None = None,
+        grace: float = 1.0,
     ) -> None:
+        """Standalone unless `peering` names a Kopf peering to join with `priority`."""
         self.folder = folder
+        self.grace = grace
         self.api_port, self.ops_port = free_port(), free_port()
         self.api = f"http://127.0.0.1:{self.api_port}"
         self.ops = f"http://127.0.0.1:{self.ops_port}"
         self.config = folder / "allocbridge.hcl"
+        kubernetes = KubernetesSettings(
+            kubeconfig=str(kubeconfig),
+            standalone=peering is None,
+            peering=peering or KubernetesSettings.peering,
+            priority=priority,
+        )
         settings = local_settings(
             "test",
             self.api_port,
             self.ops_port,
-            KubernetesSettings(kubeconfig=str(kubeconfig), standalone=True),
+            kubernetes,
             acl=AclSettings(acl, audiences),
-            graceful_shutdown_wait=1.0,
+            log=log or LogSettings(),
+            graceful_shutdown_wait=grace,
         )
         self.config.write_text(render(settings))
         self.log = folder / "operator.log"

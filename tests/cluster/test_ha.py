@@ -17,7 +17,6 @@ import asyncio
 import contextlib
 import functools
 import json
-import re
 import signal
 import subprocess
 import threading
@@ -31,6 +30,7 @@ import aiohttp
 import pytest
 from running_operator import Operator, eventually, http, install, service_account_kubeconfig
 
+from allocbridge.config import LogSettings
 from allocbridge.localcluster import BinariesMissingError, LocalCluster
 
 pytestmark = pytest.mark.cluster
@@ -49,23 +49,16 @@ class Replica(Operator):
         self, folder: Path, kubeconfig: Path, *, peering: str | None, priority: int = 0
     ) -> None:
         folder.mkdir(parents=True, exist_ok=True)
-        super().__init__(folder, kubeconfig)
-        self.grace = 3.0
-        edits = {
-            r"graceful_shutdown_wait_duration = .*": 'graceful_shutdown_wait_duration = "3s"',
-            # debug: each reconcile pass is logged, which is how `reconciled` tells the replica
-            # that acted, even where the session's own operator wrote the status first
-            r"^log \{.*\}$": 'log {\n  level = "debug"\n  format = "json"\n}',
-        }
-        if peering is not None:
-            edits[r"standalone = true"] = (
-                f'peering = "{peering}"\n  priority = {priority}\n  standalone = false'
-            )
-        text = self.config.read_text()
-        for pattern, replacement in edits.items():
-            text, found = re.subn(pattern, replacement, text, flags=re.MULTILINE)
-            assert found == 1, f"running_operator.Operator's configuration has no {pattern!r}"
-        self.config.write_text(text)
+        # debug: each reconcile pass is logged, which is how `reconciled` tells the replica
+        # that acted, even where the session's own operator wrote the status first
+        super().__init__(
+            folder,
+            kubeconfig,
+            peering=peering,
+            priority=priority,
+            log=LogSettings(format="json", level="debug"),
+            grace=3.0,
+        )
         self._log_start = 0
 
     def start(self) -> Replica:
