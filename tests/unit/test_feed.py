@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import copy
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -101,9 +102,31 @@ async def test_only_pod_changes_the_api_shows_render_the_allocation_again(
     bound = pod(122, phase="Pending", conditions=[{"type": "PodScheduled", "status": "True"}])
     feed._change(Changed("MODIFIED", bound, 122))
     assert store.get(UID) is rendered, "nothing the API shows changed"
-    assert store.index == 122, "the index still moves"
+    assert store.index == 120, "nor does the index: a parked query has nothing new to see"
     feed._change(Changed("MODIFIED", pod(123, phase="Running", podIP="10.0.0.9"), 123))
     running = store.get(UID)
     assert running is not rendered
+    assert store.index == 123, "the pod's revision: parked queries on services and checks wake"
     feed._change(Changed("DELETED", pod(124, phase="Running", podIP="10.0.0.9"), 124))
     assert store.get(UID) is not running, "a deleted pod takes its address with it"
+
+
+async def test_a_bookmark_moves_no_index_and_wakes_no_parked_query(
+    api: client.ApiClient,
+) -> None:
+    """Bookmarks reach each replica's watch at its own moments: following them would give two
+    replicas different indexes for the same data, and answer parked queries with nothing new."""
+    feed, store = synced_feed(api)
+    feed._change(Changed("ADDED", example(generation=1, version=120), 120))
+    parked = asyncio.create_task(store.wait_for_index(120, timeout=5.0))
+    await asyncio.sleep(0)
+
+    feed._change(Changed("BOOKMARK", {"metadata": {"resourceVersion": "500"}}, 500))
+    await asyncio.sleep(0.05)
+
+    assert store.index == 120
+    assert not parked.done(), "a bookmark answered a parked query"
+    status = example(generation=1, version=501)
+    status["status"] = {"clientStatus": "running"}
+    feed._change(Changed("MODIFIED", status, 501))
+    assert await asyncio.wait_for(parked, 1.0) == 501

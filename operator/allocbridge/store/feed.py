@@ -5,7 +5,8 @@ objects and so sees the same resourceVersions, which is what makes indexes, bloc
 and paging tokens portable across replicas behind one Service. An allocation is re-rendered
 whenever it changes, or its pod changes in what the API shows (`wire.pod_view`: address,
 readiness); such pod-only changes also move the store's index so that parked queries on
-services and checks wake.
+services and checks wake. Nothing else moves it: a pod change the API does not show, or a
+watch bookmark, leaves parked queries parked (Nomad's index, too, moves only with its data).
 """
 
 from __future__ import annotations
@@ -112,7 +113,10 @@ class StoreFeed:
 
     def _change(self, event: Changed) -> None:
         if event.kind == "BOOKMARK":
-            self.store.advance(event.resource_version)
+            # Only the watch resumes from it. The index moves with what the store shows, as
+            # Nomad's table index does; bookmarks also reach each replica at its own moments,
+            # so following them would give replicas different indexes for the same data, and
+            # wake every parked query with nothing new.
             return
         obj = event.obj
         key = _key(obj)
@@ -128,7 +132,7 @@ class StoreFeed:
             pod = self.pods.get(alloc_key)
             if alloc is not None and self._synced and wire.pod_view(pod) != before:
                 self.store.upsert(render(alloc, pod))
-            self.store.advance(event.resource_version)
+                self.store.advance(event.resource_version)
             return
         if event.kind == "DELETED":
             self.allocs.pop(key, None)

@@ -3,7 +3,8 @@
 It holds the allocations, the current index (the etcd revision, design.md section 2), the three
 orders the list endpoint walks, and the blocking-query waiters. It never talks to Kubernetes:
 the feeder calls `replace_all` with the first full list (which marks the store synced), then
-`upsert`/`remove` per watch event and `advance` per bookmark.
+`upsert`/`remove` per change it shows, and `advance` for a pod change that alters what an
+allocation shows (its index is the pod's revision, not the allocation's).
 
 Not thread-safe: every method must run on the event loop that serves the API (a feeder on
 another thread hands over with `loop.call_soon_threadsafe`). Iterators returned here walk a
@@ -127,7 +128,7 @@ class AllocationStore:
         return old
 
     def advance(self, index: int) -> None:
-        """Move the current index (a bookmark, or a list's revision); never backwards."""
+        """Move the current index (a pod change an allocation shows); never backwards."""
         self._watch.advance(index)
 
     def replace_all(self, allocs: Iterable[StoredAllocation], index: int) -> None:
