@@ -171,29 +171,40 @@ class CpuWatch:
         )
 
 
+async def _measured(
+    bench: Bench,
+    path: str,
+    progress: Progress,
+    create: Callable[[], Awaitable[None]],
+    *,
+    cpu: CpuWatch,
+    what: str,
+) -> Round:
+    served = await bench.api.requests_served()
+    cpu.start()
+    seconds, issued = await _timed(bench, path, progress, create)
+    used = cpu.stop()
+    requests = _since(served, await bench.api.requests_served(), what)
+    log(
+        f"reconcile: {what} done in {seconds:.1f}s (API server CPU {used[0]:.1f}s, "
+        f"operator {used[1]:.1f}s); deleting"
+    )
+    return Round(seconds, issued, requests, *used)
+
+
 async def _replica_set_round(bench: Bench, count: int, cpu: CpuWatch) -> Round:
-    pods = f"/api/v1/namespaces/{RS_NAMESPACE}/pods"
     path = f"/apis/apps/v1/namespaces/{RS_NAMESPACE}/replicasets"
 
     async def create() -> None:
         await bench.api.post(path, replica_set(count))
 
-    served = await bench.api.requests_served()
-    cpu.start()
-    seconds, issued = await _timed(bench, path, _ready_replicas(count), create)
-    used = cpu.stop()
-    requests = _since(served, await bench.api.requests_served(), "ReplicaSet")
-    log(
-        f"reconcile: ReplicaSet ready in {seconds:.1f}s (API server CPU {used[0]:.1f}s); "
-        "deleting it"
-    )
+    done = await _measured(bench, path, _ready_replicas(count), create, cpu=cpu, what="ReplicaSet")
     await bench.api.delete(f"{path}/bench-rs", {"propagationPolicy": "Background"})
-    await bench.api.wait_gone(pods, patience=TIMEOUT)
-    return Round(seconds, issued, requests, *used)
+    await bench.api.wait_gone(f"/api/v1/namespaces/{RS_NAMESPACE}/pods", patience=TIMEOUT)
+    return done
 
 
 async def _allocations_round(bench: Bench, namespace: str, count: int, cpu: CpuWatch) -> Round:
-    pods = f"/api/v1/namespaces/{namespace}/pods"
     path = collection(namespace)
 
     async def create() -> None:
@@ -202,22 +213,14 @@ async def _allocations_round(bench: Bench, namespace: str, count: int, cpu: CpuW
 
         await gather_limited(count, one)
 
-    served = await bench.api.requests_served()
-    cpu.start()
-    seconds, issued = await _timed(bench, path, _running(count), create)
-    used = cpu.stop()
-    requests = _since(served, await bench.api.requests_served(), "Allocations")
-    log(
-        f"reconcile: all running in {seconds:.1f}s (API server CPU {used[0]:.1f}s, "
-        f"operator {used[1]:.1f}s); deleting them"
-    )
+    done = await _measured(bench, path, _running(count), create, cpu=cpu, what="Allocations")
     await bench.api.request("DELETE", path, ok=(200,))
     await bench.api.wait_gone(path, patience=TIMEOUT)
-    # The garbage collector notices a new CRD's objects only at its next discovery (up to
-    # 30 s): delete the orphaned pods directly rather than wait for it.
+    # Delete the orphaned pods directly rather than wait for the garbage collector.
+    pods = f"/api/v1/namespaces/{namespace}/pods"
     await bench.api.request("DELETE", pods, ok=(200,))
     await bench.api.wait_gone(pods, patience=TIMEOUT)
-    return Round(seconds, issued, requests, *used)
+    return done
 
 
 #: Seconds to wait for the controller manager's watch of Allocations (its discovery runs every

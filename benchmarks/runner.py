@@ -122,11 +122,21 @@ async def run(options: argparse.Namespace, report: Report) -> None:
         rows += found
         if options.sections & STORE_SECTIONS:
             rows += await _store(bench, options, report, template)
+    except BenchError:
+        _show_operator_logs(bench)  # the state folder (a tmp dir by default) goes with the run
+        raise
     finally:
         log("stopping the operators and the control plane")
         await bench.close()
     order = {TITLES[name]: i for i, name in enumerate(SECTIONS)}
     report.rows = sorted(rows, key=lambda row: order.get(row.section, len(order)))
+
+
+def _show_operator_logs(bench: Bench, lines: int = 25) -> None:
+    for process in bench.operators:
+        with contextlib.suppress(OSError):
+            tail = process.log_path.read_text(errors="replace").splitlines()[-lines:]
+            log(f"last {len(tail)} lines of operator {process.name}'s log:\n" + "\n".join(tail))
 
 
 async def _with_reconciler(

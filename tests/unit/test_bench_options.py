@@ -1,9 +1,14 @@
-"""The bench's scale knobs: the issue's defaults, and a count below one refused by name."""
+"""The bench runner: its scale knobs (the issue's defaults, a count below one refused by name),
+and what it shows when a run fails."""
 
 from __future__ import annotations
 
+from pathlib import Path
+from types import SimpleNamespace
+from typing import Any
+
 import pytest
-from benchmarks.runner import SECTIONS, parse_args
+from benchmarks.runner import SECTIONS, _show_operator_logs, parse_args
 
 
 def test_defaults_are_the_issues_scale() -> None:
@@ -31,3 +36,21 @@ def test_an_unknown_section_is_named(capsys: pytest.CaptureFixture[str]) -> None
     with pytest.raises(SystemExit):
         parse_args(["--only", "reconcile,speed"])
     assert "unknown sections ['speed']" in capsys.readouterr().err
+
+
+def test_a_failed_run_shows_the_end_of_each_operators_log(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The state folder is a tmp dir that goes with the run, so the log must be shown first."""
+    log_file = tmp_path / "reconciler.log"
+    log_file.write_text("".join(f"line {n}\n" for n in range(100)))
+    missing = SimpleNamespace(name="standby", log_path=tmp_path / "never-started.log")
+    bench: Any = SimpleNamespace(
+        operators=[SimpleNamespace(name="reconciler", log_path=log_file), missing]
+    )
+
+    _show_operator_logs(bench, lines=3)
+
+    shown = capsys.readouterr().err
+    assert "last 3 lines of operator reconciler's log:\nline 97\nline 98\nline 99" in shown
+    assert "standby" not in shown
