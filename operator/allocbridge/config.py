@@ -453,12 +453,11 @@ def local_settings(
     acl: AclSettings = AclSettings(enabled=False),
     log: LogSettings = LogSettings(),
     graceful_shutdown_wait: float | None = None,
-    source: str = "<local>",
 ) -> Settings:
     """An operator on this machine: both listeners on 127.0.0.1 without TLS. `allocbridge
     dev`, the cluster tests and the benchmarks write theirs with `render`."""
     return Settings(
-        source=source,
+        source="<local>",
         controller=ControllerSettings(name, graceful_shutdown_wait),
         listeners=(
             ListenerSettings("api", DEFAULT_HOST, api_port, tls_disable=True),
