@@ -154,21 +154,8 @@ class Round:
     operator_cpu: float
 
 
-class CpuWatch:
-    """CPU-seconds of the API server and the operator between `start` and `stop`."""
-
-    def __init__(self, apiserver: int, operator: int) -> None:
-        self.pids = (apiserver, operator)
-        self.began = (0.0, 0.0)
-
-    def start(self) -> None:
-        self.began = (cpu_seconds(self.pids[0]), cpu_seconds(self.pids[1]))
-
-    def stop(self) -> tuple[float, float]:
-        return (
-            cpu_seconds(self.pids[0]) - self.began[0],
-            cpu_seconds(self.pids[1]) - self.began[1],
-        )
+#: The pids whose CPU a round reports: (kube-apiserver, the reconciling operator).
+Pids = tuple[int, int]
 
 
 async def _measured(
@@ -177,34 +164,36 @@ async def _measured(
     progress: Progress,
     create: Callable[[], Awaitable[None]],
     *,
-    cpu: CpuWatch,
+    pids: Pids,
     what: str,
 ) -> Round:
     served = await bench.api.requests_served()
-    cpu.start()
+    began = [cpu_seconds(pid) for pid in pids]
     seconds, issued = await _timed(bench, path, progress, create)
-    used = cpu.stop()
+    used = [cpu_seconds(pid) - before for pid, before in zip(pids, began, strict=True)]
     requests = _since(served, await bench.api.requests_served(), what)
     log(
         f"reconcile: {what} done in {seconds:.1f}s (API server CPU {used[0]:.1f}s, "
         f"operator {used[1]:.1f}s); deleting"
     )
-    return Round(seconds, issued, requests, *used)
+    return Round(seconds, issued, requests, apiserver_cpu=used[0], operator_cpu=used[1])
 
 
-async def _replica_set_round(bench: Bench, count: int, cpu: CpuWatch) -> Round:
+async def _replica_set_round(bench: Bench, count: int, pids: Pids) -> Round:
     path = f"/apis/apps/v1/namespaces/{RS_NAMESPACE}/replicasets"
 
     async def create() -> None:
         await bench.api.post(path, replica_set(count))
 
-    done = await _measured(bench, path, _ready_replicas(count), create, cpu=cpu, what="ReplicaSet")
+    done = await _measured(
+        bench, path, _ready_replicas(count), create, pids=pids, what="ReplicaSet"
+    )
     await bench.api.delete(f"{path}/bench-rs", {"propagationPolicy": "Background"})
     await bench.api.wait_gone(f"/api/v1/namespaces/{RS_NAMESPACE}/pods", patience=TIMEOUT)
     return done
 
 
-async def _allocations_round(bench: Bench, namespace: str, count: int, cpu: CpuWatch) -> Round:
+async def _allocations_round(bench: Bench, namespace: str, count: int, pids: Pids) -> Round:
     path = collection(namespace)
 
     async def create() -> None:
@@ -213,7 +202,7 @@ async def _allocations_round(bench: Bench, namespace: str, count: int, cpu: CpuW
 
         await gather_limited(count, one)
 
-    done = await _measured(bench, path, _running(count), create, cpu=cpu, what="Allocations")
+    done = await _measured(bench, path, _running(count), create, pids=pids, what="Allocations")
     await bench.api.request("DELETE", path, ok=(200,))
     await bench.api.wait_gone(path, patience=TIMEOUT)
     # Delete the orphaned pods directly rather than wait for the garbage collector.
@@ -255,14 +244,14 @@ async def measure(
     await bench.ensure_namespace(namespace)
     log("reconcile: waiting for the controller manager's watch of Allocations")
     await _controller_manager_watching(bench)
-    cpu = CpuWatch(bench.component_pid("kube-apiserver"), operator_pid)
+    pids = (bench.component_pid("kube-apiserver"), operator_pid)
     peers: list[Round] = []
     ours: list[Round] = []
     for number in range(1, rounds + 1):
         log(f"reconcile: round {number}/{rounds}, a ReplicaSet of {count} pods")
-        peers.append(await _replica_set_round(bench, count, cpu))
+        peers.append(await _replica_set_round(bench, count, pids))
         log(f"reconcile: round {number}/{rounds}, {count} Allocations")
-        ours.append(await _allocations_round(bench, namespace, count, cpu))
+        ours.append(await _allocations_round(bench, namespace, count, pids))
     ratios = sorted(mine.seconds / peer.seconds for mine, peer in zip(ours, peers, strict=True))
     spread = f"round ratios {ratios[0]:.2f}-{ratios[-1]:.2f}; " if rounds > 1 else ""
     return [

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import threading
 import time
+from collections.abc import Callable
 from typing import Any
 
 import pytest
@@ -60,7 +61,7 @@ class Parked:
         return self.answered
 
 
-def woken_by(operator: Operator, change: Any, within: float = 2.0) -> bool:
+def woken_by(operator: Operator, change: Callable[[], int], within: float = 2.0) -> bool:
     """True if `change()` (which returns the resourceVersion it wrote) answers a parked query
     with that revision; False if the query stays parked. A query answered with any other
     index was woken by an unrelated change, and the check starts again."""
