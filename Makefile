@@ -32,6 +32,8 @@ lint: $(BIN)/.installed
 	$(BIN)/ruff format --check operator tests benchmarks
 	$(BIN)/mypy
 	$(BIN)/mypy benchmarks
+	$(BIN)/mypy tests/unit tests/process tests/conftest.py
+	$(BIN)/mypy tests/cluster  # apart: its conftest shares a module name with tests/conftest.py
 	$(BIN)/lint-imports
 
 test: $(BIN)/.installed controlplane lint

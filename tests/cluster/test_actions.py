@@ -260,13 +260,12 @@ def test_restart_a_task_in_place_without_using_the_restart_policy(
             200,
             {},
         )
-        eventually(
-            lambda c=count: (
-                (s := status(kubectl, namespace, "rs")["taskStates"]["main"])["restarts"] == c
-                and s["state"] == "running"
-            ),
-            what=f"restart {count}",
-        )
+
+        def restarted(c: int = count) -> bool:
+            task = status(kubectl, namespace, "rs")["taskStates"]["main"]
+            return bool(task["restarts"] == c and task["state"] == "running")
+
+        eventually(restarted, what=f"restart {count}")
     assert [r.signal for r in cluster.signals(namespace, "rs", "main")] == ["TERM", "TERM"]
     kinds = events(kubectl, namespace, "rs", "main")
     assert kinds[-4:] == ["Restart Signaled", "Terminated", "Restarting", "Started"]

@@ -75,7 +75,7 @@ async def eventually(probe: Callable[[], Awaitable[Any]], what: str, within: flo
 
 
 async def running_pod(kube: Any, namespace: str, manifest: dict[str, Any]) -> Any:
-    core = k8s_client.CoreV1Api(kube)
+    core: Any = k8s_client.CoreV1Api(kube)  # bodies are plain dicts, which the client accepts
     await core.create_namespaced_pod(namespace, manifest)
     name = manifest["metadata"]["name"]
 
@@ -442,7 +442,7 @@ async def test_a_pod_deleted_and_created_again_under_its_name_runs_every_time(
 
 
 async def test_garbage_collector_deletes_dependents(kube: Any, namespace: str) -> None:
-    core = k8s_client.CoreV1Api(kube)
+    core: Any = k8s_client.CoreV1Api(kube)
     owner = await core.create_namespaced_config_map(
         namespace, {"metadata": {"name": "owner"}, "data": {"k": "v"}}
     )
@@ -467,7 +467,7 @@ async def test_garbage_collector_deletes_dependents(kube: Any, namespace: str) -
 
 
 async def _service_account_token(kube: Any, namespace: str, name: str) -> str:
-    core = k8s_client.CoreV1Api(kube)
+    core: Any = k8s_client.CoreV1Api(kube)
     await core.create_namespaced_service_account(namespace, {"metadata": {"name": name}})
     request = {"spec": {"audiences": [], "expirationSeconds": 600}}
     answer = await core.create_namespaced_service_account_token(name, namespace, request)
@@ -487,9 +487,9 @@ async def test_rbac_denies_a_service_account_without_a_role(
         with pytest.raises(ApiException) as denied:
             await k8s_client.CoreV1Api(api).list_namespaced_pod(namespace)
         assert denied.value.status == 403
-        assert f"system:serviceaccount:{namespace}:nobody" in denied.value.body
+        assert f"system:serviceaccount:{namespace}:nobody" in str(denied.value.body)
 
-        rbac = k8s_client.RbacAuthorizationV1Api(kube)
+        rbac: Any = k8s_client.RbacAuthorizationV1Api(kube)
         role = {
             "metadata": {"name": "pod-reader"},
             "rules": [{"apiGroups": [""], "resources": ["pods"], "verbs": ["list"]}],
@@ -519,14 +519,14 @@ async def test_rbac_denies_a_service_account_without_a_role(
 
 async def test_token_review_and_subject_access_review(kube: Any, namespace: str) -> None:
     token = await _service_account_token(kube, namespace, "reviewed")
-    authn = k8s_client.AuthenticationV1Api(kube)
+    authn: Any = k8s_client.AuthenticationV1Api(kube)
     review = await authn.create_token_review({"spec": {"token": token}})
     assert review.status.authenticated is True
     user = review.status.user
     assert user.username == f"system:serviceaccount:{namespace}:reviewed"
     assert f"system:serviceaccounts:{namespace}" in user.groups
 
-    authz = k8s_client.AuthorizationV1Api(kube)
+    authz: Any = k8s_client.AuthorizationV1Api(kube)
 
     async def may(groups: list[str]) -> bool:
         sar = {

@@ -72,11 +72,13 @@ def world(operator: Operator, cluster: Any, kubectl: Any) -> Iterator[World]:
     try:
         for namespace, names in ((w.read, READ), (w.act, ACT)):
             kubectl("create", "namespace", namespace)
+
+            def has_default_account(n: str = namespace) -> bool:
+                found = kubectl("get", "serviceaccount", "default", "-n", n, check=False)
+                return bool(found.returncode == 0)
+
             eventually(
-                lambda n=namespace: (
-                    kubectl("get", "serviceaccount", "default", "-n", n, check=False).returncode
-                    == 0
-                ),
+                has_default_account,
                 what=f"namespace {namespace} to get its default ServiceAccount",
             )
             for name in names:

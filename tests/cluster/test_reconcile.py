@@ -27,17 +27,19 @@ def allocation(kubectl: Any, namespace: str, name: str) -> dict[str, Any]:
 
 
 def status(kubectl: Any, namespace: str, name: str) -> dict[str, Any]:
-    return allocation(kubectl, namespace, name).get("status") or {}
+    found: dict[str, Any] = allocation(kubectl, namespace, name).get("status") or {}
+    return found
 
 
 def wait_status(
     kubectl: Any, namespace: str, name: str, client_status: str, timeout: float = 30
 ) -> dict[str, Any]:
-    return eventually(
+    reached: dict[str, Any] = eventually(
         lambda: (s := status(kubectl, namespace, name)).get("clientStatus") == client_status and s,
         timeout=timeout,
         what=f"{namespace}/{name} to be {client_status}",
     )
+    return reached
 
 
 def event_types(state: dict[str, Any], task: str) -> list[str]:
@@ -209,7 +211,7 @@ def test_deleted_pod_is_a_task_failure_and_restarts(
 def test_dead_leader_stops_its_siblings(
     operator: Operator, cluster: Any, kubectl: Any, namespace: str
 ) -> None:
-    tasks = [
+    tasks: list[dict[str, Any]] = [
         {"name": "leader", "driver": "docker", "config": {"image": "a"}, "leader": True},
         {"name": "helper", "driver": "docker", "config": {"image": "b"}},
     ]
