@@ -244,6 +244,27 @@ async def test_exec_runs_in_the_container_sandbox_with_the_standins(
     assert b"allocbridge sandbox stand-in" in version.stdout
 
 
+async def test_an_exec_of_a_missing_standin_is_refused_not_run_on_the_machine(
+    cluster: LocalCluster, kube: Any, namespace: str
+) -> None:
+    await running_pod(kube, namespace, pod_manifest("p"))
+    standin = cluster.standins_dir / "kill"
+    aside = standin.with_name(".kill.aside")
+    standin.rename(aside)
+    try:
+        # `-0` only asks whether PID 1 exists: harmless even if the guard failed.
+        got = await exec_in_pod(kube, namespace, "p", ["kill", "-0", "1"])
+    finally:
+        aside.rename(standin)
+    assert got.exit_code == 126
+    assert b"the stand-in kill is missing" in got.stderr
+    assert cluster.signals(namespace, "p", "main") == []
+    again = await exec_in_pod(kube, namespace, "p", ["kill", "-0", "1"])
+    assert again.exit_code == 0
+    [record] = cluster.signals(namespace, "p", "main")
+    assert record.number == 0
+
+
 # -- the kubelet simulation ------------------------------------------------------------------
 
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 from pathlib import Path
 from typing import Any
@@ -13,12 +14,13 @@ import pytest
 from allocbridge.localcluster.sandbox import (
     SignalRecord,
     container_ended,
+    exec_path,
     read_handles,
     read_signals,
     signal_number,
     terminates,
 )
-from allocbridge.localcluster.standins import write_standins
+from allocbridge.localcluster.standins import GUARD_FOLDER, NAMES, write_standins
 
 
 @pytest.fixture
@@ -34,7 +36,7 @@ def standins(tmp_path: Path) -> Path:
 
 
 def run(standins: Path, sandbox: Path | None, *argv: str) -> subprocess.CompletedProcess[str]:
-    env = {"PATH": f"{standins}:/usr/bin:/bin"}
+    env = {"PATH": exec_path(standins)}  # as kwok and every exec have it
     if sandbox is not None:
         env["ALLOCBRIDGE_SANDBOX"] = str(sandbox)
     return subprocess.run(
@@ -200,13 +202,41 @@ def test_cat_passes_everything_else_to_the_real_cat(standins: Path, sandbox: Pat
     piped = subprocess.run(
         [str(standins / "cat")],
         input="through stdin",
-        env={"PATH": f"{standins}:/usr/bin:/bin"},
+        env={"PATH": exec_path(standins)},
         capture_output=True,
         text=True,
         timeout=10,
         check=False,
     )
     assert piped.stdout == "through stdin"  # works without a sandbox too
+    assert records(sandbox) == []
+
+
+def test_bare_names_on_the_exec_path_are_the_standins(standins: Path) -> None:
+    for name in NAMES:
+        assert shutil.which(name, path=exec_path(standins)) == str(standins / name)
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_a_missing_standin_leaves_its_name_to_a_guard_that_refuses(
+    standins: Path, sandbox: Path, name: str
+) -> None:
+    (standins / name).unlink()
+    guard = standins / GUARD_FOLDER / name
+    assert shutil.which(name, path=exec_path(standins)) == str(guard)
+    # The guard is run by its own path: never a way to the machine's command of that name.
+    done = subprocess.run(
+        [str(guard), "-TERM", "1"],
+        env={"PATH": exec_path(standins), "ALLOCBRIDGE_SANDBOX": str(sandbox)},
+        cwd=sandbox,
+        capture_output=True,
+        text=True,
+        timeout=10,
+        check=False,
+    )
+    assert done.returncode == 126
+    assert done.stdout == ""
+    assert f"the stand-in {name} is missing from {standins}" in done.stderr
     assert records(sandbox) == []
 
 
@@ -239,7 +269,9 @@ def test_refuses_without_a_sandbox(standins: Path, tmp_path: Path) -> None:
 
 
 def test_standins_are_plain_sh_scripts(standins: Path) -> None:
-    for script in standins.iterdir():
+    for script in [*standins.glob("*"), *(standins / GUARD_FOLDER).glob("*")]:
+        if script.is_dir():
+            continue
         assert script.read_text().startswith("#!/bin/sh\n")
         assert os.access(script, os.X_OK)
         assert subprocess.run(["sh", "-n", str(script)], check=False).returncode == 0

@@ -20,8 +20,9 @@ folder under /tmp, which is removed on stop). Without a state directory a tempor
 and removed on stop.
 
 Exec safety: kwok runs exec commands on this machine. kwok starts with
-`PATH=<stand-ins>:/usr/local/bin:/usr/bin:/bin`, so a bare `kill` (and pkill, killall, reboot,
-shutdown, halt, poweroff) resolves to a recording stand-in (`standins.py`), every command runs in
+`PATH=<stand-ins>:<stand-ins>/guard:/usr/local/bin:/usr/bin:/bin`, so a bare `kill` (and pkill,
+killall, reboot, shutdown, halt, poweroff) resolves to a recording stand-in (`standins.py`), or to
+its guard, which refuses, should the stand-in be missing; every command runs in
 its container's sandbox folder and, when the harness is root, as uid/gid 65534 (`sandbox.py`).
 If that user cannot be used, commands run as the harness's own user and a warning is logged.
 """
@@ -58,9 +59,9 @@ from .pki import Pki
 from .processes import ManagedProcess, ProcessRegistry
 from .restclient import ApiError, RestClient
 from .sandbox import (
-    SANDBOX_PATH,
     SignalRecord,
     container_folder,
+    exec_path,
     read_signals,
     request_exit,
     write_atomic,
@@ -489,7 +490,7 @@ class LocalCluster:
             ],
             # kwok resolves an exec's argv[0] through its own PATH; HOME keeps it away from
             # ~/.kwok/kwok.yaml.
-            env={"PATH": f"{self.standins_dir}:{SANDBOX_PATH}", "HOME": str(s / "kwok")},
+            env={"PATH": exec_path(self.standins_dir), "HOME": str(s / "kwok")},
         )
         ready_file = s / "sandbox.ready"
         ready_file.unlink(missing_ok=True)
@@ -552,7 +553,7 @@ class LocalCluster:
                 [str(self.standins_dir / "kill"), "-0", "1"],
                 cwd=probe,
                 env={
-                    "PATH": f"{self.standins_dir}:{SANDBOX_PATH}",
+                    "PATH": exec_path(self.standins_dir),
                     "ALLOCBRIDGE_SANDBOX": str(probe),
                 },
                 user=SANDBOX_UID,

@@ -9,10 +9,11 @@ Run as `python -m allocbridge.localcluster.sandbox ...` (LocalCluster starts and
 1. watches pods bound to the local cluster's kwok nodes and, for each, creates the sandbox
    folders `<root>/<namespace>/<pod>/<container>/` (owned by the sandbox user) and a kwok `Exec`
    object named like the pod with one target per container: `workDir` = that container's folder,
-   env `PATH=<stand-ins>:/usr/local/bin:/usr/bin:/bin`, `HOME` and `ALLOCBRIDGE_SANDBOX` = the
-   folder, `POD_NAMESPACE`, `POD_NAME`, `CONTAINER_NAME`, and (when the harness runs as root)
-   `securityContext.runAsUser/runAsGroup` = the unprivileged sandbox user (65534), so even a
-   shell builtin `kill` cannot reach the machine's processes. Then it sets the pod condition
+   env `PATH=<stand-ins>:<stand-ins>/guard:/usr/local/bin:/usr/bin:/bin` (`exec_path`), `HOME`
+   and `ALLOCBRIDGE_SANDBOX` = the folder, `POD_NAMESPACE`, `POD_NAME`, `CONTAINER_NAME`, and
+   (when the harness runs as root) `securityContext.runAsUser/runAsGroup` = the unprivileged
+   sandbox user (65534), so even a shell builtin `kill` cannot reach the machine's processes.
+   Then it sets the pod condition
    `localcluster.allocbridge.io/SandboxReady`, which is what lets kwok's pod-ready stage start
    the pod: a Running pod always has its exec targets. The condition patch carries the pod's
    UID, so it never reaches a newer pod of the same name, and a failed preparation is tried
@@ -73,7 +74,14 @@ from kubernetes_asyncio import client as k8s_client
 from kubernetes_asyncio import config as k8s_config
 
 from .stages import NODE_LABEL_KEY, NODE_LABEL_VALUE, SANDBOX_CONDITION
-from .standins import EXIT_FILE, HANDLES_FILE, NO_INIT_FILE, SIGNALS_LOG, STOPPED_FILE
+from .standins import (
+    EXIT_FILE,
+    HANDLES_FILE,
+    NO_INIT_FILE,
+    SIGNALS_LOG,
+    STOPPED_FILE,
+    search_path,
+)
 
 log = logging.getLogger("allocbridge.localcluster.sandbox")
 
@@ -121,6 +129,11 @@ SYNC_ATTEMPTS = 12  # preparing a pod's sandbox: tries while nothing newer about
 SYNC_RETRY_DELAY = (0.2, 5.0)  # first and longest pause between those tries, in seconds
 FULL_SCAN_INTERVAL = 1.0
 ACTIVITY_FILE = ".activity"
+
+
+def exec_path(standins: Path) -> str:
+    """PATH for kwok and every exec'd command: the stand-ins and their guards come first."""
+    return f"{search_path(standins)}:{SANDBOX_PATH}"
 
 
 def signal_number(spec: str | int) -> int | None:
@@ -558,7 +571,7 @@ class KubeletSimulation:
             local: dict[str, Any] = {
                 "workDir": folder,
                 "envs": [
-                    {"name": "PATH", "value": f"{self.config.standins}:{SANDBOX_PATH}"},
+                    {"name": "PATH", "value": exec_path(self.config.standins)},
                     {"name": "HOME", "value": folder},
                     {"name": "ALLOCBRIDGE_SANDBOX", "value": folder},
                     {"name": "POD_NAMESPACE", "value": pod.namespace},

@@ -38,6 +38,10 @@ Contract (the kubelet simulation in `sandbox.py` and the tests rely on it):
   as above) and `/proc/1/task/1/children` are made up from the sandbox, any other `/proc/1/...`
   does not exist, and every other argument goes to the machine's `cat` (the stand-in folder is
   taken out of PATH first). So the operator's probe never reads the machine's PID 1.
+* Behind the stand-ins, `guard/` holds a script of every name that refuses (exit 126, saying
+  which stand-in is missing) and does nothing else. `search_path` puts it right after the
+  stand-ins, so if a stand-in ever goes missing its name still never reaches the machine's
+  command of that name.
 * `pkill` and `killall` record a line with `"pids": []` and answer as if nothing matched (exit 1;
   killall prints `NAME: no process found`). `reboot`, `shutdown`, `halt` and `poweroff` record a
   line with `"signal": null` and exit 0 after saying nothing was done.
@@ -54,6 +58,7 @@ HANDLES_FILE = "handles"
 STOPPED_FILE = "stopped"
 EXIT_FILE = "exit"
 NO_INIT_FILE = "no-init"
+GUARD_FOLDER = "guard"
 
 # Shared by all scripts: header, sandbox check, signal table; then JSON encoding and recording.
 _HEAD = r"""#!/bin/sh
@@ -375,12 +380,16 @@ exit 1
 
 
 _CAT_PASSTHROUGH = r"""
-# Anything but the container's /proc/1 is the machine's cat, found on PATH without this folder.
+# Anything but the container's /proc/1 is the machine's cat, found on PATH without this folder
+# and its guards.
 here=$(cd "$(dirname "$0")" && pwd)
 real_path=""
 IFS=:
 for d in $PATH; do
-  if [ -n "$d" ] && [ "$d" != "$here" ]; then real_path="$real_path${real_path:+:}$d"; fi
+  case $d in
+    ""|"$here"|"$here/@GUARD@") ;;
+    *) real_path="$real_path${real_path:+:}$d" ;;
+  esac
 done
 unset IFS
 ours=0
@@ -441,11 +450,20 @@ exit 0
 """
 
 
+_GUARD = r"""#!/bin/sh
+# allocbridge local-cluster guard: only reached when the stand-in of this name is missing.
+echo "@NAME@: allocbridge sandbox guard: the stand-in @NAME@ is missing from @FOLDER@;" \
+  "the machine's @NAME@ was not run" >&2
+exit 126
+"""
+
+
 def script(name: str) -> str:
     """The full text of the stand-in `name`."""
     head = _HEAD.replace("@NAME@", name)
     if name == "cat":
-        return head + _CAT_PASSTHROUGH + _SANDBOX + _SIGNAL_TABLE + _CAT
+        passthrough = _CAT_PASSTHROUGH.replace("@GUARD@", GUARD_FOLDER)
+        return head + passthrough + _SANDBOX + _SIGNAL_TABLE + _CAT
     if name == "kill":
         body = _KILL
     elif name in ("pkill", "killall"):
@@ -457,14 +475,31 @@ def script(name: str) -> str:
     return head + _SANDBOX + _SIGNAL_TABLE + _RECORDING + body
 
 
+def guard_script(name: str, folder: Path) -> str:
+    """The refusal that stands behind the stand-in `name` of `folder`."""
+    return _GUARD.replace("@NAME@", name).replace("@FOLDER@", str(folder))
+
+
 def write_standins(folder: Path) -> Path:
-    """Write every stand-in into `folder` (created, world-readable and executable)."""
-    folder.mkdir(parents=True, exist_ok=True)
-    os.chmod(folder, 0o755)
+    """Write every stand-in into `folder` and its guard into `folder/guard` (created,
+    world-readable and executable)."""
+    guard = folder / GUARD_FOLDER
+    for place in (folder, guard):
+        place.mkdir(parents=True, exist_ok=True)
+        os.chmod(place, 0o755)
     for name in NAMES:
-        path = folder / name
-        tmp = folder / f".{name}.tmp"
-        tmp.write_text(script(name))
-        os.chmod(tmp, 0o755)
-        os.replace(tmp, path)
+        _write_executable(folder / name, script(name))
+        _write_executable(guard / name, guard_script(name, folder))
     return folder
+
+
+def search_path(folder: Path) -> str:
+    """The PATH entries to put before the machine's: the stand-ins, then their guards."""
+    return f"{folder}:{folder / GUARD_FOLDER}"
+
+
+def _write_executable(path: Path, text: str) -> None:
+    tmp = path.with_name(f".{path.name}.tmp")
+    tmp.write_text(text)
+    os.chmod(tmp, 0o755)
+    os.replace(tmp, path)
