@@ -2,7 +2,8 @@
 
 Every allocation call the library offers: `allocations.get_allocations` (prefix, filter,
 per_page, next_token, namespace, resources, task_states, reverse) and the `len`/`iter` of
-`allocations`; `allocation.get_allocation`, `in`, `[]` and `stop_allocation`;
+`allocations`; `allocation.get_allocation`, `in`, `[]` and `stop_allocation` (then
+`evaluation.get_evaluation` and `get_allocations` for the stop's evaluation);
 `client.allocation.signal_allocation`, `restart_allocation` and `read_allocation_stats`; and
 `client.gc_allocation.garbage_collect`. python-nomad raises by status: 400
 `BadRequestNomadException`, 403 `URLNotAuthorizedNomadException`, 404
@@ -262,6 +263,10 @@ def test_stop_allocation(world: World, act: Any) -> None:
         what="the replacement to run",
     )
     assert replacement["PreviousAllocation"] == alloc_id
+    evaluation = act.evaluation.get_evaluation(answer["EvalID"])
+    assert (evaluation["Status"], evaluation["TriggeredBy"]) == ("complete", "alloc-stop")
+    placed = act.evaluation.get_allocations(answer["EvalID"])
+    assert [a["ID"] for a in placed] == [old["NextAllocation"]]
 
     # allocbridge answers 409 where the allocation's state forbids the call; python-nomad
     # raises its VariableConflict for any 409, with allocbridge's text.

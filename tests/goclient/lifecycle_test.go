@@ -173,6 +173,25 @@ func TestStop(t *testing.T) {
 	}
 	t.Logf("stopped in %v; replacement %s", time.Since(start), stopped.NextAllocation)
 
+	// What `nomad alloc stop` without -detach does next: follow the evaluation until it is
+	// complete and list the allocations it placed.
+	evals := client.Evaluations()
+	eventually(t, "the stop's evaluation to list its placement", func() (bool, string) {
+		placed, _, err := evals.Allocations(resp.EvalID, nil)
+		if err != nil {
+			return false, err.Error()
+		}
+		return len(placed) == 1 && placed[0].ID == stopped.NextAllocation, fmt.Sprint(ids(placed))
+	})
+	eval, _, err := evals.Info(resp.EvalID, nil)
+	if err != nil {
+		t.Fatalf("Evaluations().Info: %v", err)
+	}
+	if eval.ID != resp.EvalID || eval.Status != "complete" || eval.TriggeredBy != "alloc-stop" ||
+		eval.JobID != alloc.JobID || eval.Namespace != alloc.Namespace || eval.NextEval != "" {
+		t.Fatalf("the stop's evaluation: %+v", eval)
+	}
+
 	eventually(t, "the replacement to run", func() (bool, string) {
 		next, _, err := allocs.Info(stopped.NextAllocation, nil)
 		if err != nil {
@@ -220,6 +239,8 @@ func TestUnknownAllocation(t *testing.T) {
 	wantResponse(t, "Services", err, 404, "allocation not found", true)
 	_, err = allocs.Checks(unknownID, nil)
 	wantResponse(t, "Checks", err, 404, unknown, true)
+	_, _, err = newClient(t).Evaluations().Info(unknownID, nil)
+	wantResponse(t, "Evaluations().Info", err, 404, "eval not found", true)
 	found, _, err := allocs.PrefixList("0f0f0f0f")
 	if err != nil || len(found) != 0 {
 		t.Fatalf("PrefixList(no match) = %v, %v; want []", ids(found), err)

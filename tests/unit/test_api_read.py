@@ -637,3 +637,79 @@ async def test_ten_thousand_stubs_list_fast() -> None:
         assert median < 0.25, f"median {median * 1000:.1f} ms"
     finally:
         await client.close()
+
+
+# -- evaluations --------------------------------------------------------------------------------
+
+
+async def test_an_evaluation_and_the_allocations_it_placed(
+    client: TestClient[Any, Any], store: AllocationStore
+) -> None:
+    first, second = store.get(SAMPLE[1][0]), store.get(SAMPLE[2][0])  # both CreateIndex 102
+    assert first is not None and second is not None
+    shared = first.wire["EvalID"]
+    assert second.wire["EvalID"] == shared
+    response = await client.get(f"/v1/evaluation/{shared.upper()}")
+    assert response.status == 200
+    found = await response.json()
+    assert (found["ID"], found["Status"], found["CreateIndex"]) == (shared, "complete", 102)
+    assert response.headers["X-Nomad-Index"] == str(max(first.modify_index, second.modify_index))
+    placed = await client.get(f"/v1/evaluation/{shared}/allocations")
+    assert placed.status == 200
+    oldest_first = [second, first]  # the same CreateIndex, then by ID
+    assert await placed.read() == b"[" + b",".join(a.stub_json() for a in oldest_first) + b"]"
+    pretty = await (await client.get(f"/v1/evaluation/{shared}/allocations?pretty")).read()
+    assert json.loads(pretty) == [a.stub for a in oldest_first]
+
+
+async def test_an_unknown_evaluation_is_404_and_placed_nothing(
+    client: TestClient[Any, Any], store: AllocationStore
+) -> None:
+    unknown = alloc_id(4242)
+    response = await client.get(f"/v1/evaluation/{unknown}")
+    assert (response.status, await response.text()) == (404, "eval not found")
+    assert response.headers["X-Nomad-Index"] == str(store.index)
+    placed = await client.get(f"/v1/evaluation/{unknown}/allocations")
+    assert (placed.status, await placed.text()) == (200, "[]")
+    malformed = await client.get("/v1/evaluation/not-a-uuid")
+    assert (malformed.status, await malformed.text()) == (
+        400,
+        "eval lookup failed: index error: UUID must be 36 characters",
+    )
+    wrong = await client.delete(f"/v1/evaluation/{unknown}")
+    assert (wrong.status, await wrong.text()) == (405, "Invalid method")
+
+
+async def test_an_evaluation_needs_read_job_in_its_namespace() -> None:
+    client = await serve(authorizer=ScopedAuthorizer({"team-a": {"team-a"}}))
+    token = {"X-Nomad-Token": "team-a"}
+    store_alloc = sample_store().get(FIRST)
+    team_alloc = sample_store().get(TEAM_A)
+    assert store_alloc is not None and team_alloc is not None
+    try:
+        for path in ("", "/allocations"):
+            denied = await client.get(
+                f"/v1/evaluation/{store_alloc.wire['EvalID']}{path}", headers=token
+            )
+            assert (denied.status, await denied.text()) == (403, "Permission denied")
+            allowed = await client.get(
+                f"/v1/evaluation/{team_alloc.wire['EvalID']}{path}", headers=token
+            )
+            assert allowed.status == 200
+    finally:
+        await client.close()
+
+
+async def test_an_evaluation_read_blocks_until_it_places_something(
+    client: TestClient[Any, Any], store: AllocationStore
+) -> None:
+    later = stored(alloc_id(777), create_index=store.index + 1)
+    request = asyncio.create_task(
+        client.get(f"/v1/evaluation/{later.wire['EvalID']}?index={store.index}&wait=10s")
+    )
+    await asyncio.sleep(0.05)
+    assert not request.done()
+    store.upsert(later)
+    response = await asyncio.wait_for(request, 2)
+    assert response.status == 200
+    assert (await response.json())["ID"] == later.wire["EvalID"]

@@ -158,7 +158,7 @@ class Actions:
             raise ActionError(409, f'allocation "{target.alloc_id}" is already stopped')
         eval_id = str(uuid.uuid4())
         now = time.time_ns()
-        replacement = await self._replace(obj, now)
+        replacement = await self._replace(obj, now, eval_id)
         new_id = replacement["metadata"]["uid"]
         delay = 0.0 if no_shutdown_delay else _shutdown_delay(spec)
 
@@ -175,7 +175,8 @@ class Actions:
         written = await self.update(target, stop)
         return eval_id, int(written["metadata"]["resourceVersion"])
 
-    async def _replace(self, obj: Json, now: int) -> Json:
+    async def _replace(self, obj: Json, now: int, eval_id: str) -> Json:
+        """Create the replacement, placed by the stop's evaluation `eval_id`."""
         meta = obj["metadata"]
         status = obj.get("status") or {}
         body = {
@@ -202,6 +203,7 @@ class Actions:
             "delay": 0,
         }
         link = {
+            "evalID": eval_id,
             "previousAllocation": meta["uid"],
             "rescheduleTracker": {
                 "events": [*tracker.get("events", []), event],

@@ -40,8 +40,8 @@ def decode_uuid_text(text: str, *, full: bool) -> str:
     return digits.decode("ascii").lower()
 
 
-def lookup_error(exc: InvalidUUIDError) -> ApiError:
-    return ApiError(400, f"alloc lookup failed: index error: {exc}")
+def lookup_error(exc: InvalidUUIDError, table: str = "alloc") -> ApiError:
+    return ApiError(400, f"{table} lookup failed: index error: {exc}")
 
 
 def parse_alloc_id(text: str) -> str | None:
@@ -51,10 +51,16 @@ def parse_alloc_id(text: str) -> str | None:
     matter, since memdb compares decoded bytes; 36 characters that decode to other than 16
     bytes are well-formed but can match nothing, which gives None.
     """
+    return parse_full_id(text, "alloc")
+
+
+def parse_full_id(text: str, table: str) -> str | None:
+    """`parse_alloc_id` for any of memdb's UUID-keyed tables (`alloc`, `eval`), named in the
+    error."""
     try:
         digits = decode_uuid_text(text, full=True)
     except InvalidUUIDError as exc:
-        raise lookup_error(exc) from exc
+        raise lookup_error(exc, table) from exc
     if len(digits) != 32:
         return None
     return f"{digits[:8]}-{digits[8:12]}-{digits[12:16]}-{digits[16:20]}-{digits[20:]}"

@@ -90,6 +90,30 @@ def _write(
     return {method: operation for method in methods}
 
 
+def _evaluation() -> Json:
+    """Fields with zero values are left out, as in Nomad."""
+    return {
+        "type": "object",
+        "properties": {
+            "ID": _STRING,
+            "Namespace": _STRING,
+            "Priority": _INT,
+            "Type": _STRING,
+            "TriggeredBy": {
+                "type": "string",
+                "enum": ["job-register", "alloc-stop", "alloc-failure"],
+            },
+            "JobID": _STRING,
+            "Status": {"type": "string", "enum": ["complete"]},
+            "QueuedAllocations": {"type": "object", "additionalProperties": _INT},
+            "CreateIndex": _INT,
+            "ModifyIndex": _INT,
+            "CreateTime": _NS_TIME,
+            "ModifyTime": _NS_TIME,
+        },
+    }
+
+
 def _task_state() -> Json:
     return {
         "type": "object",
@@ -211,6 +235,7 @@ def _schemas() -> Json:
     return {
         "AllocationListStub": _stub(),
         "Allocation": _allocation(),
+        "Evaluation": _evaluation(),
         "TaskState": _task_state(),
         "TaskEvent": _task_event(),
         "DesiredTransition": {
@@ -334,6 +359,7 @@ def _parameters() -> Json:
             'The first frame is `{"version":1,"auth_token":"..."}` and carries the token',
         ),
         "node_id": _param("node_id", "path", _STRING, "A node ID", required=True),
+        "eval_id": _param("eval_id", "path", _STRING, "A full evaluation ID", required=True),
     }
 
 
@@ -344,7 +370,7 @@ def _responses() -> Json:
         for code, description in (
             ("400", "Bad input; the body is Nomad's error text"),
             ("403", "`Permission denied`"),
-            ("404", "Unknown allocation or resource"),
+            ("404", "Unknown allocation, evaluation or resource"),
             ("405", "`Invalid method`"),
             ("409", "The allocation or task is not in a state that allows this"),
             ("500", "The action could not be carried out (the text says why)"),
@@ -528,6 +554,45 @@ def _paths() -> Json:
         "/v1/allocation/{alloc_id}/checks": checks,
         "/v1/client/allocation/{alloc_id}/checks": checks,
         "/v1/client/allocation/{alloc_id}/exec": _exec(),
+        "/v1/evaluation/{eval_id}": {
+            "get": {
+                "summary": "Read the evaluation that placed allocations (what the CLI follows)",
+                "description": (
+                    "ACL: read-job on the evaluation's namespace. Blocking: yes. Derived from "
+                    "the allocations it placed; always complete."
+                ),
+                "parameters": [
+                    _ref("parameters", "eval_id"),
+                    _ref("parameters", "namespace"),
+                    *_BLOCKING,
+                    *_COMMON,
+                ],
+                "responses": {
+                    "200": _ok("The evaluation", _ref("schemas", "Evaluation"), meta=True),
+                    **_errors("400", "403", "404", "405", "503"),
+                },
+            }
+        },
+        "/v1/evaluation/{eval_id}/allocations": {
+            "get": {
+                "summary": "List the allocations the evaluation placed",
+                "description": "ACL: read-job on the evaluation's namespace. Blocking: yes.",
+                "parameters": [
+                    _ref("parameters", "eval_id"),
+                    _ref("parameters", "namespace"),
+                    *_BLOCKING,
+                    *_COMMON,
+                ],
+                "responses": {
+                    "200": _ok(
+                        "Allocation stubs ([] for an unknown evaluation)",
+                        {"type": "array", "items": _ref("schemas", "AllocationListStub")},
+                        meta=True,
+                    ),
+                    **_errors("400", "403", "405", "503"),
+                },
+            }
+        },
         "/v1/node/{node_id}": {
             "get": {
                 "summary": "Read a node: always 404 `node not found` (no nodes API is served)",

@@ -11,7 +11,8 @@ Layout (one module per job, Nomad's one-handler-per-resource style):
 
 Write endpoints slot in as modules of their own, each exporting `ENDPOINTS`, appended to
 `_ENDPOINT_MODULES` below (before the fall-throughs): `stop` (`/v1/allocation/:id/stop`),
-`signal`, `restart`, `pause` and `exec` (`/v1/client/allocation/:id/...`).
+`signal`, `restart`, `pause` and `exec` (`/v1/client/allocation/:id/...`). `evaluation` answers
+what the CLI follows after a stop.
 """
 
 from __future__ import annotations
@@ -26,6 +27,7 @@ from allocbridge.api import (
     allocation,
     allocations,
     checks,
+    evaluation,
     exec,
     nodes,
     openapi,
@@ -56,6 +58,7 @@ _ENDPOINT_MODULES: Final[Sequence[Sequence[Endpoint]]] = (
     pause.ENDPOINTS,
     exec.ENDPOINTS,
     nodes.ENDPOINTS,
+    evaluation.ENDPOINTS,
     openapi.ENDPOINTS,
 )
 
