@@ -55,6 +55,7 @@ from allocbridge.auth import ALL_NAMESPACES, Caller, PermissionDeniedError
 from allocbridge.auth.kubernetes import KubernetesAuthorizer
 from allocbridge.cluster.connection import load_credentials
 from allocbridge.config import KubernetesSettings
+from allocbridge.model.wire import eval_id
 
 pytestmark = pytest.mark.cluster
 
@@ -372,7 +373,11 @@ class Row:
         return f"{self.method} {self.path}" + ("" if self.alloc == "web" else f" ({self.alloc})")
 
     def url(self, alloc_id: str, namespace: str) -> str:
-        path = self.path.replace("{alloc_id}", alloc_id).replace("{node_id}", UNKNOWN_NODE)
+        path = (
+            self.path.replace("{alloc_id}", alloc_id)
+            .replace("{eval_id}", eval_id(alloc_id))  # the evaluation that placed it
+            .replace("{node_id}", UNKNOWN_NODE)
+        )
         query = self.query.replace("{ns}", namespace)
         return path + (f"?{query}" if query else "")
 
@@ -391,6 +396,8 @@ ROWS = [
     Row("/v1/allocation/{alloc_id}/services", "GET", READ, query="namespace={ns}"),
     Row("/v1/allocation/{alloc_id}/checks", "GET", READ),
     Row("/v1/client/allocation/{alloc_id}/checks", "GET", READ),
+    Row("/v1/evaluation/{eval_id}", "GET", READ),
+    Row("/v1/evaluation/{eval_id}/allocations", "GET", READ),
     Row("/v1/openapi.json", "GET", None),
     # A stub for the Go client's exec (always `node not found`): public, it reveals nothing.
     Row("/v1/node/{node_id}", "GET", None, expect=404),

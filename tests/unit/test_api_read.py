@@ -656,6 +656,7 @@ async def test_an_evaluation_and_the_allocations_it_placed(
     assert response.headers["X-Nomad-Index"] == str(max(first.modify_index, second.modify_index))
     placed = await client.get(f"/v1/evaluation/{shared}/allocations")
     assert placed.status == 200
+    assert placed.headers["X-Nomad-Index"] == str(store.index)  # the allocations' table index
     oldest_first = [second, first]  # the same CreateIndex, then by ID
     assert await placed.read() == b"[" + b",".join(a.stub_json() for a in oldest_first) + b"]"
     pretty = await (await client.get(f"/v1/evaluation/{shared}/allocations?pretty")).read()

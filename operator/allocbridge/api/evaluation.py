@@ -33,16 +33,22 @@ EVAL_ID: Final = "{eval_id:[^/]*}"
 
 
 async def _placed(
-    request: web.Request, query: QueryOptions
+    request: web.Request, query: QueryOptions, *, table_index: bool
 ) -> tuple[int, str, list[StoredAllocation]]:
-    """(index, evaluation ID, allocations it placed), once the caller may read them."""
+    """(index, evaluation ID, allocations it placed), once the caller may read them.
+
+    The index is the store's (`table_index`, Nomad's for a list of allocations), else the
+    newest change among the allocations placed, which is what can change what is shown.
+    """
     evaluation_id = parse_full_id(request.match_info["eval_id"], "eval")
     ctx = context(request)
     store = await synced_store(ctx)
 
     def run() -> tuple[int, list[StoredAllocation]]:
         placed = store.placed_by(evaluation_id) if evaluation_id else []
-        return (max(a.modify_index for a in placed) if placed else store.index), placed
+        if table_index or not placed:
+            return store.index, placed
+        return max(a.modify_index for a in placed), placed
 
     _, placed = run()
     checked = placed[0].namespace if placed else query.namespace
@@ -55,7 +61,7 @@ async def _placed(
 
 async def read_evaluation(request: web.Request) -> web.StreamResponse:
     query = parse_query(request.query)
-    index, evaluation_id, placed = await _placed(request, query)
+    index, evaluation_id, placed = await _placed(request, query, table_index=False)
     found = evaluation(evaluation_id, [a.wire for a in placed])
     if found is None:
         raise ApiError(404, EVAL_NOT_FOUND, headers=meta_headers(index))
@@ -64,7 +70,7 @@ async def read_evaluation(request: web.Request) -> web.StreamResponse:
 
 async def evaluation_allocations(request: web.Request) -> web.StreamResponse:
     query = parse_query(request.query)
-    index, _, placed = await _placed(request, query)
+    index, _, placed = await _placed(request, query, table_index=True)
     if query.pretty:
         body = render([a.stub for a in placed], pretty=True)
     else:
