@@ -64,10 +64,9 @@ from .sandbox import (
     exec_path,
     read_signals,
     request_exit,
-    write_atomic,
 )
 from .stages import NODE_LABEL_KEY, NODE_LABEL_VALUE, NODE_SELECTOR, write_kwok_config
-from .standins import HANDLES_FILE, NO_INIT_FILE, write_standins
+from .standins import HANDLES_FILE, NO_INIT_FILE, write_atomic, write_standins
 
 log = logging.getLogger(__name__)
 

@@ -81,6 +81,7 @@ from .standins import (
     SIGNALS_LOG,
     STOPPED_FILE,
     search_path,
+    write_atomic,
 )
 
 log = logging.getLogger("allocbridge.localcluster.sandbox")
@@ -220,14 +221,6 @@ def read_handles(folder: Path) -> set[int]:
         return set()
     numbers = (signal_number(t) for t in text.replace(",", " ").replace(";", " ").split())
     return {n for n in numbers if n is not None}
-
-
-def write_atomic(path: Path, text: str) -> None:
-    """Write so that a poller never sees half a file."""
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    tmp.write_text(text)
-    os.chmod(tmp, 0o644)
-    os.replace(tmp, path)
 
 
 def request_exit(folder: Path, exit_code: int) -> None:

@@ -488,8 +488,8 @@ def write_standins(folder: Path) -> Path:
         place.mkdir(parents=True, exist_ok=True)
         os.chmod(place, 0o755)
     for name in NAMES:
-        _write_executable(folder / name, script(name))
-        _write_executable(guard / name, guard_script(name, folder))
+        write_atomic(folder / name, script(name), mode=0o755)
+        write_atomic(guard / name, guard_script(name, folder), mode=0o755)
     return folder
 
 
@@ -498,8 +498,9 @@ def search_path(folder: Path) -> str:
     return f"{folder}:{folder / GUARD_FOLDER}"
 
 
-def _write_executable(path: Path, text: str) -> None:
-    tmp = path.with_name(f".{path.name}.tmp")
+def write_atomic(path: Path, text: str, *, mode: int = 0o644) -> None:
+    """Write so that a reader (a poller, an exec resolving a name) never sees half a file."""
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
     tmp.write_text(text)
-    os.chmod(tmp, 0o755)
+    os.chmod(tmp, mode)
     os.replace(tmp, path)
