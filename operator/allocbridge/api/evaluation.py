@@ -23,13 +23,12 @@ from allocbridge.api.errors import ApiError
 from allocbridge.api.ids import parse_full_id
 from allocbridge.api.query import QueryOptions, parse_query
 from allocbridge.api.render import json_response, meta_headers, render
-from allocbridge.api.routing import Endpoint
+from allocbridge.api.routing import EVAL_ID, Endpoint
 from allocbridge.auth import READ_JOB
 from allocbridge.model.evaluations import evaluation
 from allocbridge.store import StoredAllocation, stub_jsons
 
 EVAL_NOT_FOUND: Final = "eval not found"
-EVAL_ID: Final = "{eval_id:[^/]*}"
 
 
 async def _placed(

@@ -25,6 +25,8 @@ Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 
 #: A path `:alloc_id`: one segment, possibly empty (Nomad reports an empty ID as too short).
 ALLOC_ID = "{alloc_id:[^/]*}"
+#: A path `:eval_id`, likewise.
+EVAL_ID = "{eval_id:[^/]*}"
 
 
 @dataclass(frozen=True)
