@@ -6,16 +6,18 @@ stdout read from a pipe and counted. Both paths end at kwok, which runs the comm
 pod's sandbox folder on this machine as an unprivileged user.
 
 The client shares the two cores with the server, and Nomad's protocol carries output as base64
-in JSON, which CPython decodes at about 200 MB/s here (Go, i.e. the `nomad` CLI: over 1 GB/s),
-so allocbridge is read by two clients:
+in JSON, which CPython decodes at about 200 MB/s here, so allocbridge is read by three clients:
 
+- Go SDK: the official Nomad Go client's `Allocations().Exec` (`benchmarks/goclients`), what
+  `nomad alloc exec` runs: the node lookup, the WebSocket, every frame decoded;
 - lean: every frame is checked (a stdout data frame in the form allocbridge sends, else parsed
   as JSON) and its decoded size counted from the base64 length, as a fast client's cost;
 - full: every frame parsed with `json.loads` and every stdout chunk base64-decoded, what a
   Python client pays.
 
-Runs alternate (lean, kubectl, full, lean, ...); each figure is the median. The time covers the
-whole session: connect, the command's run, and the exit status.
+Runs alternate (lean, kubectl, full, Go, lean, ...); each figure is the median. The time covers
+the whole session: connect, the command's run, and the exit status (for Go, from the SDK call
+on, without the process start; kubectl's includes its process start).
 """
 
 from __future__ import annotations
@@ -27,8 +29,11 @@ import subprocess
 import time
 import urllib.parse
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Final
 
+from allocbridge.api.exec import OUTPUT_CHUNK
+from benchmarks import golang
 from benchmarks.harness import Bench, BenchError, OperatorProcess, log
 from benchmarks.table import Row, mb, median, share_of
 
@@ -104,23 +109,50 @@ def through_kubectl(bench: Bench, target: ExecTarget, size: int) -> float:
     return seconds
 
 
+async def through_go_sdk(
+    binary: Path, bench: Bench, replica: OperatorProcess, target: ExecTarget, size: int
+) -> tuple[float, float]:
+    """Seconds for one session of the Go SDK (which checks the size and the exit code), and
+    seconds the SDK takes to decode as many frames from memory: the client's own floor."""
+    args = ["-addr", replica.api, "-token", bench.client_token, "-alloc", target.alloc_id]
+    args += ["-task", target.task, "-command", json.dumps(command(size)), "-bytes", str(size)]
+    args += ["-frame", str(OUTPUT_CHUNK)]
+    result = await golang.run(binary, "exec", *args)
+    return result["seconds"][0], result["decode_seconds"]
+
+
 async def measure(
     bench: Bench, replica: OperatorProcess, target: ExecTarget, size: int, runs: int
 ) -> list[Row]:
     lean: list[float] = []
     full: list[float] = []
+    go: list[float] = []
+    go_decoding: list[float] = []
     peers: list[float] = []
+    binary = await golang.build()
     for run in range(runs):
         log(f"exec: run {run + 1}/{runs}, {size / 2**20:.0f} MiB each way")
         lean.append(await through_allocbridge(bench, replica, target, size, decode=False))
         peers.append(await asyncio.to_thread(through_kubectl, bench, target, size))
         full.append(await through_allocbridge(bench, replica, target, size, decode=True))
+        if binary is not None:
+            session, decoding = await through_go_sdk(binary, bench, replica, target, size)
+            go.append(session)
+            go_decoding.append(decoding)
     peer = mb(size) / median(peers)
     rows = []
-    for name, seconds, note in (
+    clients = [
         ("lean client", lean, "frames checked, decoded sizes counted"),
         ("Python client", full, "json.loads + base64 decode of every frame"),
-    ):
+    ]
+    if go:
+        ceiling = mb(size) / median(go_decoding)
+        note = (
+            "Allocations().Exec, as nomad alloc exec; the SDK's JSON decoding of the same frames"
+            f" alone, from memory: {ceiling:.0f} MB/s ({ceiling / peer:.2f} of kubectl)"
+        )
+        clients.insert(0, ("Nomad Go SDK", go, note))
+    for name, seconds, note in clients:
         rows.append(
             Row(
                 SECTION,

@@ -3,22 +3,19 @@
 The goal compares the whole walk with one unpaged list of the same allocations on the same
 replica, measured with the same client, interleaved with the walks. A walk is 100 round trips
 where the unpaged list is one, so the client's own cost per request weighs 100 times. The walk
-is measured with three clients: a Go program (`benchmarks/gowalk`: net/http and encoding/json,
-what the nomad CLI and the Go SDK use), a lean keep-alive HTTP/1.1 client in a few lines of
-asyncio, and aiohttp's client (about 0.3 ms of Python per request on this machine). The API
-server's own paging (`limit=100` and `continue`) over the same objects is the other peer; its
-token is read from the tail of each page without decoding the page. The Python clients also
-time as many requests for an empty page of the same endpoint: the floor a walk pays in round
-trips alone, with no goal of its own, beside the same unpaged list.
+is measured with four clients: two in Go (`benchmarks/goclients`: the official Nomad SDK that
+the nomad CLI uses, and net/http with bodies only read), a lean keep-alive HTTP/1.1 client in a
+few lines of asyncio, and aiohttp's client (about 0.3 ms of Python per request on this machine).
+The API server's own paging (`limit=100` and `continue`) over the same objects is the other
+peer; its token is read from the tail of each page without decoding the page. The Python
+clients also time as many requests for an empty page of the same endpoint: the floor a walk
+pays in round trips alone, with no goal of its own, beside the same unpaged list.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-import json
-import os
-import shutil
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -26,7 +23,8 @@ from typing import Any, Final
 
 from kubernetes_asyncio import client
 
-from benchmarks.harness import REPO, Bench, BenchError, Json, OperatorProcess, log
+from benchmarks import golang
+from benchmarks.harness import Bench, BenchError, Json, OperatorProcess, log
 from benchmarks.listing import admin_client, ours
 from benchmarks.table import Goal, Row, median
 
@@ -137,56 +135,12 @@ async def walk_ours(bench: Bench, replica: OperatorProcess, per_page: int) -> tu
             raise BenchError("paging never ended")
 
 
-GOWALK_SOURCE: Final = REPO / "benchmarks" / "gowalk"
-GOWALK_BINARY: Final = REPO / ".cache" / "bench" / "gowalk"
-
-
-async def build_gowalk() -> Path | None:
-    """`go build` the Go walker (the Go build cache makes a rebuild cheap); None without Go."""
-    go = shutil.which("go")
-    if go is None:
-        log("paging: no Go on PATH; the Go client row is left out")
-        return None
-    env = {**os.environ, "GOTOOLCHAIN": "local", "CGO_ENABLED": "0", "GOFLAGS": "-mod=readonly"}
-    GOWALK_BINARY.parent.mkdir(parents=True, exist_ok=True)
-    build = await asyncio.create_subprocess_exec(
-        go,
-        "build",
-        "-o",
-        str(GOWALK_BINARY),
-        ".",
-        cwd=GOWALK_SOURCE,
-        env=env,
-        stderr=asyncio.subprocess.PIPE,
-    )
-    _, err = await build.communicate()
-    if build.returncode != 0:
-        raise BenchError(f"go build of {GOWALK_SOURCE}: {err.decode(errors='replace')}")
-    return GOWALK_BINARY
-
-
 async def walk_go(
     binary: Path, replica: OperatorProcess, options: PagingOptions, auth: str
 ) -> Json:
-    """The Go walker's timings (see benchmarks/gowalk/main.go for the shape)."""
-    run = await asyncio.create_subprocess_exec(
-        str(binary),
-        "-addr",
-        replica.api,
-        "-token",
-        auth,
-        "-per-page",
-        str(options.per_page),
-        "-walks",
-        str(options.walks),
-        stdout=asyncio.subprocess.PIPE,
-        stderr=asyncio.subprocess.PIPE,
-    )
-    out, err = await run.communicate()
-    if run.returncode != 0:
-        raise BenchError(f"gowalk: {err.decode(errors='replace')}")
-    result: Json = json.loads(out)
-    return result
+    """The Go clients' timings (see benchmarks/goclients/walk.go for the shape)."""
+    args = ["-addr", replica.api, "-token", auth, "-per-page", str(options.per_page)]
+    return await golang.run(binary, "walk", *args, "-walks", str(options.walks))
 
 
 async def walk_kube(api: client.ApiClient, per_page: int) -> float:
@@ -251,11 +205,11 @@ async def measure(
             samples["aiohttp-0"].append(await floor_aiohttp(bench, replica, pages))
     finally:
         await lean.close()
-    gowalk = await build_gowalk()
+    binary = await golang.build()
     go_result: Json | None = None
-    if gowalk is not None:
+    if binary is not None:
         log("paging: Go client walks")
-        go_result = await walk_go(gowalk, replica, options, auth)
+        go_result = await walk_go(binary, replica, options, auth)
         if go_result["seen"] != count:
             raise BenchError(f"the Go walk saw {go_result['seen']} allocations, not {count}")
     api = await admin_client(bench)
@@ -271,8 +225,8 @@ async def measure(
     rows = []
     if go_result is not None:
         for mode, label, note in (
-            ("raw", "Go client", "bodies read, not decoded: the HTTP cost alone"),
-            ("decoded", "Go client decoding JSON", "as the nomad CLI and SDK do"),
+            ("raw", "Go client", "net/http; bodies read, not decoded: the HTTP cost alone"),
+            ("sdk", "Nomad Go SDK", "Allocations().List, every stub decoded, as the nomad CLI"),
         ):
             timed = go_result[mode]
             rows.append(
@@ -284,7 +238,7 @@ async def measure(
                     "one unpaged list, same client",
                     median(timed["unpaged"]) * 1000,
                     goals=(goal,),
-                    note=f"medians of {options.walks}; net/http; {note}",
+                    note=f"medians of {options.walks}; {note}",
                 )
             )
     return [

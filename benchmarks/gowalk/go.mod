@@ -1,3 +1,0 @@
-module allocbridge.io/benchmarks/gowalk
-
-go 1.26
