@@ -24,10 +24,10 @@ type execResult struct {
 	DecodeSeconds float64   `json:"decode_seconds"`
 }
 
-// counter is an io.Writer that only counts.
-type counter struct{ n int64 }
+// byteCounter is an io.Writer that only counts.
+type byteCounter struct{ n int64 }
 
-func (c *counter) Write(p []byte) (int, error) {
+func (c *byteCounter) Write(p []byte) (int, error) {
 	c.n += int64(len(p))
 	return len(p), nil
 }
@@ -58,7 +58,7 @@ func runExec(args []string) (any, error) {
 	}
 	var out execResult
 	for i := 0; i < *runs; i++ {
-		var stdout counter
+		var stdout byteCounter
 		var stderr strings.Builder
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 		began := time.Now()
