@@ -7,8 +7,9 @@ CONTROLPLANE_BIN := .cache/controlplane/bin
 IMAGE ?= allocbridge:dev
 KIND_CLUSTER ?= allocbridge
 PYTEST_ARGS ?=
+GO_MODULES := benchmarks/goclients tests/goclient
 
-.PHONY: all dev test lint unit bench controlplane image deploy deploy-overlay e2e-kind clean check-go
+.PHONY: all dev test lint unit bench controlplane image deploy deploy-overlay e2e-kind clean
 
 all: test
 
@@ -35,6 +36,9 @@ lint: $(BIN)/.installed
 	$(BIN)/mypy tests/unit tests/process tests/conftest.py
 	$(BIN)/mypy tests/cluster  # apart: its conftest shares a module name with tests/conftest.py
 	$(BIN)/lint-imports
+	@unformatted="$$(gofmt -l $(GO_MODULES))"; test -z "$$unformatted" || \
+	  { echo "gofmt needed: $$unformatted" >&2; exit 1; }
+	for module in $(GO_MODULES); do GOTOOLCHAIN=local GOFLAGS=-mod=readonly go -C $$module vet ./... || exit 1; done
 
 test: $(BIN)/.installed controlplane lint
 	ALLOCBRIDGE_CONTROLPLANE_BIN=$(abspath $(CONTROLPLANE_BIN)) $(BIN)/pytest $(PYTEST_ARGS)
