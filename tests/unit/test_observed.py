@@ -8,7 +8,7 @@ from allocbridge.cluster.resources import Kube
 from allocbridge.model.pods import PodSettings
 from allocbridge.model.status import KubeEvent
 from allocbridge.reconcile.allocations import Reconciler, routine_start, urgent
-from allocbridge.reconcile.observed import Observed
+from allocbridge.reconcile.observed import UNCLAIMED_GRACE, Observed
 
 
 def body(name: str, version: int, uid: str = "u1", namespace: str = "ns") -> dict[str, Any]:
@@ -44,16 +44,62 @@ def test_a_deletion_removes_only_the_object_it_names() -> None:
 
 def test_pod_events_are_kept_by_pod_uid_and_go_with_the_pod() -> None:
     observed = Observed()
-    observed.put_event("pod-1", event("e1"))
-    observed.put_event("pod-1", event("e2"))
-    observed.put_event("pod-1", event("e2"))
-    observed.put_event("pod-2", event("e3"))
+    observed.put_event("pod-1", ("ns", "p"), event("e1"), now=0)
+    observed.put_event("pod-1", ("ns", "p"), event("e2"), now=0)
+    observed.put_event("pod-1", ("ns", "p"), event("e2"), now=0)
+    observed.put_event("pod-2", ("ns", "q"), event("e3"), now=0)
     assert sorted(e.uid for e in observed.pod_events("pod-1")) == ["e1", "e2"]
     observed.drop_event("pod-1", "e1")
     assert [e.uid for e in observed.pod_events("pod-1")] == ["e2"]
     observed.drop_pod(body("p", 5, uid="pod-1"))
     assert observed.pod_events("pod-1") == []
     assert [e.uid for e in observed.pod_events("pod-2")] == ["e3"]
+
+
+def test_events_of_a_pod_no_allocation_claims_go_after_the_grace() -> None:
+    observed = Observed()
+    observed.put_event("foreign", ("ns", "other-app"), event("e1"), now=0)
+    observed.put_event("foreign", ("ns", "other-app"), event("e2"), now=UNCLAIMED_GRACE - 1)
+    assert len(observed.pod_events("foreign")) == 2  # within the grace: kept on trust
+    observed.put_event("ours", ("ns", "a"), event("e3"), now=UNCLAIMED_GRACE)
+    assert observed.pod_events("foreign") == []
+    assert observed.sizes()[2] == 1  # only "ours" is still held, and still on trust
+    # A later Event of the same foreign pod gets a grace of its own, then goes too.
+    observed.put_event("foreign", ("ns", "other-app"), event("e4"), now=UNCLAIMED_GRACE + 1)
+    assert [e.uid for e in observed.pod_events("foreign")] == ["e4"]
+    observed.put_event("ours", ("ns", "a"), event("e5"), now=3 * UNCLAIMED_GRACE)
+    assert observed.pod_events("foreign") == []
+
+
+def test_events_that_arrive_before_their_allocation_and_pod_are_kept() -> None:
+    observed = Observed()
+    observed.put_event("pod-1", ("ns", "a"), event("e1"), now=0)  # the Event came first
+    observed.put_allocation(body("a", 3, uid="alloc-a"))  # then, within the grace, the rest
+    observed.put_event("elsewhere", ("ns", "z"), event("e2"), now=UNCLAIMED_GRACE)
+    assert [e.uid for e in observed.pod_events("pod-1")] == ["e1"]  # not seen yet: claimed
+    observed.put_pod(body("a", 4, uid="pod-1"))
+    observed.put_event("pod-1", ("ns", "a"), event("e3"), now=5 * UNCLAIMED_GRACE)
+    assert sorted(e.uid for e in observed.pod_events("pod-1")) == ["e1", "e3"]
+
+
+def test_late_events_of_a_replaced_pod_go_after_the_grace() -> None:
+    observed = Observed()
+    observed.put_allocation(body("a", 3, uid="alloc-a"))
+    observed.put_pod(body("a", 4, uid="pod-2"))  # the restarted allocation's new pod
+    observed.put_event("pod-1", ("ns", "a"), event("late"), now=0)  # about the old pod
+    observed.put_event("pod-2", ("ns", "a"), event("e1"), now=1)
+    observed.put_event("pod-2", ("ns", "a"), event("e2"), now=UNCLAIMED_GRACE + 1)
+    assert observed.pod_events("pod-1") == []
+    assert sorted(e.uid for e in observed.pod_events("pod-2")) == ["e1", "e2"]
+
+
+def test_events_that_went_and_came_back_get_a_new_grace() -> None:
+    observed = Observed()
+    observed.put_event("pod-1", ("ns", "x"), event("e1"), now=0)
+    observed.drop_event("pod-1", "e1")  # the Event object expired
+    observed.put_event("pod-1", ("ns", "x"), event("e2"), now=UNCLAIMED_GRACE - 1)
+    observed.put_event("pod-9", ("ns", "y"), event("e3"), now=UNCLAIMED_GRACE)
+    assert [e.uid for e in observed.pod_events("pod-1")] == ["e2"]  # its own grace runs on
 
 
 def test_forgetting_an_allocation_makes_the_next_pass_read_it() -> None:

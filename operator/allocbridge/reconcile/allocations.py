@@ -215,15 +215,16 @@ class Reconciler:
             self.schedule(*key)
 
     def kubernetes_event(self, event_type: str | None, body: Mapping[str, Any]) -> None:
-        """A Kubernetes Event about a pod; kept by the pod's uid, whosever the pod is (the
-        Event may arrive before the pod), and a pass for the allocation of that name."""
+        """A Kubernetes Event about a pod, kept by the pod's uid (at first whosever the pod
+        is: it may arrive before the pod; see `observed`), and a pass for the allocation of
+        that name."""
         involved = body.get("involvedObject") or {}
         pod_uid = str(involved.get("uid") or "")
         if event_type == "DELETED":
             self.observed.drop_event(pod_uid, str((body.get("metadata") or {}).get("uid", "")))
             return
-        self.observed.put_event(pod_uid, kube_event(body))
         key = (str(involved.get("namespace") or ""), str(involved.get("name") or ""))
+        self.observed.put_event(pod_uid, key, kube_event(body), now=time.monotonic())
         if self.observed.knows(key):
             self.schedule(*key)
 

@@ -12,18 +12,32 @@ objects), and a deletion removes an entry only when the uid matches (the pod of 
 allocation keeps its name but not its uid). Nothing here
 is authoritative: the reconciler treats a miss as "unknown" and asks the API server.
 
+The Events watch sees every pod's Events (the API server cannot select them by the pod's
+labels), and an Event may arrive before the allocation or the pod it is about. So Events of
+a pod are kept for `UNCLAIMED_GRACE` seconds on trust; after that, only while an allocation of
+the pod's name exists and that pod is its pod (or not seen yet). Events of other pods, and late
+Events of a deleted pod that has a successor, are dropped then instead of living as long as the
+Event object (an hour by default).
+
 Not thread-safe: every call runs on Kopf's event loop.
 """
 
 from __future__ import annotations
 
+from collections import deque
 from collections.abc import Mapping
-from typing import Any
+from dataclasses import dataclass, field
+from typing import Any, Final
 
 from allocbridge.cluster.resources import Json
 from allocbridge.model.status import KubeEvent
 
 Key = tuple[str, str]  # (namespace, name)
+
+#: Seconds the Events of a pod are kept before an allocation must claim them: the watches of
+#: Allocations, pods and Events run independently, and at start-up their lists can arrive
+#: seconds apart.
+UNCLAIMED_GRACE: Final = 120.0
 
 
 def key_of(body: Mapping[str, Any]) -> Key:
@@ -75,13 +89,22 @@ class _Latest:
             del self.items[key]
 
 
+@dataclass
+class _PodEvents:
+    """The Events of one pod, by Event uid, and when the first of them arrived."""
+
+    since: float
+    by_uid: dict[str, KubeEvent] = field(default_factory=dict)
+
+
 class Observed:
     """What the watches (and the reconciler's own writes) last said about each object."""
 
     def __init__(self) -> None:
         self._allocations = _Latest()
         self._pods = _Latest()
-        self._events: dict[str, dict[str, KubeEvent]] = {}  # pod uid -> event uid -> event
+        self._events: dict[str, _PodEvents] = {}  # by pod uid
+        self._unchecked: deque[tuple[float, str, Key]] = deque()  # (since, pod uid, pod key)
 
     def allocation(self, key: Key) -> Json | None:
         return self._allocations.items.get(key)
@@ -111,17 +134,40 @@ class Observed:
         self._events.pop(_uid(body), None)
 
     def pod_events(self, pod_uid: str) -> list[KubeEvent]:
-        return list(self._events.get(pod_uid, {}).values())
+        events = self._events.get(pod_uid)
+        return list(events.by_uid.values()) if events is not None else []
 
-    def put_event(self, pod_uid: str, event: KubeEvent) -> None:
-        self._events.setdefault(pod_uid, {})[event.uid] = event
+    def put_event(self, pod_uid: str, pod_key: Key, event: KubeEvent, *, now: float) -> None:
+        """Keep `event` about the pod `pod_key` (uid `pod_uid`); `now` is a monotonic time."""
+        self._sweep(now)
+        events = self._events.get(pod_uid)
+        if events is None:
+            events = self._events[pod_uid] = _PodEvents(since=now)
+            self._unchecked.append((now, pod_uid, pod_key))
+        events.by_uid[event.uid] = event
 
     def drop_event(self, pod_uid: str, event_uid: str) -> None:
         events = self._events.get(pod_uid)
         if events is not None:
-            events.pop(event_uid, None)
-            if not events:
+            events.by_uid.pop(event_uid, None)
+            if not events.by_uid:
                 del self._events[pod_uid]
+
+    def _sweep(self, now: float) -> None:
+        """Drop the Events of pods past their grace that no allocation claims."""
+        while self._unchecked and now - self._unchecked[0][0] >= UNCLAIMED_GRACE:
+            since, pod_uid, pod_key = self._unchecked.popleft()
+            events = self._events.get(pod_uid)
+            # `since` differs when those Events went and others came back: theirs is later.
+            if events is not None and events.since == since and not self._claims(pod_key, pod_uid):
+                del self._events[pod_uid]
+
+    def _claims(self, pod_key: Key, pod_uid: str) -> bool:
+        """An allocation of the pod's name exists, and that pod is its pod or not seen yet."""
+        if pod_key not in self._allocations.items:
+            return False
+        pod = self._pods.items.get(pod_key)
+        return pod is None or _uid(pod) == pod_uid
 
     def sizes(self) -> tuple[int, int, int]:
         """(allocations, pods, pods with Events) held; for tests and debugging."""
