@@ -27,11 +27,11 @@ async def build() -> Path | None:
         return None
     env = {**os.environ, "GOTOOLCHAIN": "local", "CGO_ENABLED": "0", "GOFLAGS": "-mod=readonly"}
     BINARY.parent.mkdir(parents=True, exist_ok=True)
-    build = await asyncio.create_subprocess_exec(
+    compiler = await asyncio.create_subprocess_exec(
         go, "build", "-o", str(BINARY), ".", cwd=SOURCE, env=env, stderr=asyncio.subprocess.PIPE
     )
-    _, err = await build.communicate()
-    if build.returncode != 0:
+    _, err = await compiler.communicate()
+    if compiler.returncode != 0:
         raise BenchError(f"go build of {SOURCE}: {err.decode(errors='replace')}")
     return BINARY
 
