@@ -93,6 +93,16 @@ def test_late_events_of_a_replaced_pod_go_after_the_grace() -> None:
     assert sorted(e.uid for e in observed.pod_events("pod-2")) == ["e1", "e2"]
 
 
+def test_events_of_a_watched_pod_stay_while_its_allocation_is_forgotten() -> None:
+    observed = Observed()
+    observed.put_allocation(body("a", 3, uid="alloc-a"))
+    observed.put_pod(body("a", 4, uid="pod-1"))
+    observed.put_event("pod-1", ("ns", "a"), event("e1"), now=0)
+    observed.forget_allocation(("ns", "a"))  # a write conflict: the pass reads it again
+    observed.put_event("pod-9", ("ns", "z"), event("e2"), now=UNCLAIMED_GRACE)
+    assert [e.uid for e in observed.pod_events("pod-1")] == ["e1"]
+
+
 def test_events_that_went_and_came_back_get_a_new_grace() -> None:
     observed = Observed()
     observed.put_event("pod-1", ("ns", "x"), event("e1"), now=0)

@@ -14,10 +14,10 @@ is authoritative: the reconciler treats a miss as "unknown" and asks the API ser
 
 The Events watch sees every pod's Events (the API server cannot select them by the pod's
 labels), and an Event may arrive before the allocation or the pod it is about. So Events of
-a pod are kept for `UNCLAIMED_GRACE` seconds on trust; after that, only while an allocation of
-the pod's name exists and that pod is its pod (or not seen yet). Events of other pods, and late
-Events of a deleted pod that has a successor, are dropped then instead of living as long as the
-Event object (an hour by default).
+a pod are kept for `UNCLAIMED_GRACE` seconds on trust; after that, only while the pod is a
+watched (managed) pod, or not watched yet while an allocation of its name exists. Events of
+other pods, and late Events of a deleted pod that has a successor, are dropped then instead of
+living as long as the Event object (an hour by default).
 
 Not thread-safe: every call runs on Kopf's event loop.
 """
@@ -163,11 +163,13 @@ class Observed:
                 del self._events[pod_uid]
 
     def _claims(self, pod_key: Key, pod_uid: str) -> bool:
-        """An allocation of the pod's name exists, and that pod is its pod or not seen yet."""
-        if pod_key not in self._allocations.items:
-            return False
+        """The pod is an allocation's pod as watched (only managed pods are), or not watched
+        yet while an allocation of its name exists. The pod decides first: a pass that met a
+        write conflict forgets its allocation for a moment."""
         pod = self._pods.items.get(pod_key)
-        return pod is None or _uid(pod) == pod_uid
+        if pod is not None:
+            return _uid(pod) == pod_uid
+        return pod_key in self._allocations.items
 
     def sizes(self) -> tuple[int, int, int]:
         """(allocations, pods, pods with Events) held; for tests and debugging."""
