@@ -16,6 +16,8 @@ import pytest
 import yaml
 from running_operator import REPO, Operator, allocation_manifest, eventually
 
+from allocbridge.cluster.resources import GROUP, PLURAL, VERSION
+
 pytestmark = pytest.mark.cluster
 
 EXAMPLES = REPO / "examples"
@@ -280,7 +282,7 @@ def test_kubernetes_pod_events_become_task_events(
 
 
 def watched_statuses(text: str) -> list[dict[str, Any]]:
-    """The successive statuses in `kubectl get --watch --output-watch-events -o json` output."""
+    """The successive statuses in a watch's output (JSON watch events, one after another)."""
     decoder = json.JSONDecoder()
     statuses: list[dict[str, Any]] = []
     at = 0
@@ -298,13 +300,16 @@ def watched_statuses(text: str) -> list[dict[str, Any]]:
 def test_a_routine_start_costs_one_status_write(
     operator: Operator, kubectl: Any, namespace: str
 ) -> None:
-    # What the API server saw, from a watch started before the Allocation exists.
+    # What the API server saw: a watch from a revision taken before the Allocation exists
+    # replays every change since (a watch started first could connect too late).
+    path = f"/apis/{GROUP}/{VERSION}/namespaces/{namespace}/{PLURAL}"
+    before = json.loads(kubectl("get", "--raw", path).stdout)["metadata"]["resourceVersion"]
+    kubectl.apply(alloc_manifest("smooth", namespace))
     watch = subprocess.Popen(
         [
             str(kubectl.binary),
             f"--kubeconfig={kubectl.kubeconfig}",
-            *("get", "allocations", "-n", namespace, "--watch", "--output-watch-events"),
-            *("-o", "json"),
+            *("get", "--raw", f"{path}?watch=1&resourceVersion={before}&timeoutSeconds=300"),
         ],
         stdout=subprocess.PIPE,
         text=True,
@@ -314,7 +319,6 @@ def test_a_routine_start_costs_one_status_write(
     reader = threading.Thread(target=lambda: lines.extend(watch.stdout or ()), daemon=True)
     reader.start()
     try:
-        kubectl.apply(alloc_manifest("smooth", namespace))
         statuses = eventually(
             lambda: (
                 (found := watched_statuses("".join(lines)))
