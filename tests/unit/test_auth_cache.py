@@ -14,13 +14,13 @@ from collections.abc import Iterable
 import pytest
 
 from allocbridge.auth import ALL_NAMESPACES, AuthUnavailableError, Caller, PermissionDeniedError
+from allocbridge.auth.base import token_digest
 from allocbridge.auth.kubernetes import (
     CLUSTER_WIDE,
     KubernetesAuthorizer,
     ReviewCache,
     TtlCache,
     token_expiry,
-    token_key,
 )
 from allocbridge.cluster.reviews import ReviewedUser, TokenVerdict
 
@@ -138,7 +138,7 @@ def test_size_is_bounded_least_recently_used_goes_first() -> None:
 
 def test_a_token_that_stops_authenticating_loses_every_decision() -> None:
     cache = ReviewCache(ttl=TTL, clock=Clock())
-    alice, bob = token_key("alice-token"), token_key("bob-token")
+    alice, bob = token_digest("alice-token"), token_digest("bob-token")
     user = TokenVerdict(ReviewedUser("alice"))
     cache.remember_verdict(alice, user, TTL)
     for namespace in ("a", "b", ALL_NAMESPACES):
@@ -154,7 +154,7 @@ def test_a_token_that_stops_authenticating_loses_every_decision() -> None:
 
 def test_decisions_are_bounded_and_the_per_token_index_follows_evictions() -> None:
     cache = ReviewCache(ttl=TTL, clock=Clock(), max_decisions=4, max_tokens=2)
-    token = token_key("t")
+    token = token_digest("t")
     for index in range(10):
         cache.remember_decision(token, "read-job", f"ns-{index}", index % 2 == 0)
     assert len(cache.decisions) == 4
@@ -163,15 +163,15 @@ def test_decisions_are_bounded_and_the_per_token_index_follows_evictions() -> No
     assert cache.decision(token, "read-job", "ns-8") is True
     assert cache.decision(token, "read-job", "ns-9") is False
     for name in ("x", "y", "z"):
-        cache.remember_verdict(token_key(name), TokenVerdict(ReviewedUser(name)), TTL)
+        cache.remember_verdict(token_digest(name), TokenVerdict(ReviewedUser(name)), TTL)
     assert len(cache.verdicts) == 2
     cache.forget(token)
     assert len(cache.decisions) == 0 and cache.decisions_for(token) == 0
 
 
 def test_the_caches_never_hold_the_token_itself() -> None:
-    assert token_key("secret") != b"secret" and len(token_key("secret")) == 32
-    assert token_key("secret") == token_key("secret") != token_key("secret2")
+    assert token_digest("secret") != b"secret" and len(token_digest("secret")) == 32
+    assert token_digest("secret") == token_digest("secret") != token_digest("secret2")
 
 
 def test_token_expiry_reads_a_jwt_exp_claim_only() -> None:
@@ -225,13 +225,13 @@ async def test_a_token_that_stops_authenticating_is_denied_and_forgotten() -> No
     auth = authorizer(backend, clock)
     await auth.check(Caller("tok"), "read-job", "a")
     await auth.check(Caller("tok"), "read-job", ALL_NAMESPACES)
-    assert auth.cache.decisions_for(token_key("tok")) > 0
+    assert auth.cache.decisions_for(token_digest("tok")) > 0
     del backend.users["tok"]  # e.g. its ServiceAccount was deleted
     await auth.check(Caller("tok"), "read-job", "a")  # still within the TTL
     clock.now += TTL
     with pytest.raises(PermissionDeniedError):
         await auth.check(Caller("tok"), "read-job", "a")
-    assert auth.cache.decisions_for(token_key("tok")) == 0
+    assert auth.cache.decisions_for(token_digest("tok")) == 0
 
 
 async def test_a_verdict_is_not_cached_beyond_the_tokens_own_expiry() -> None:

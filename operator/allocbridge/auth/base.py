@@ -19,8 +19,10 @@ handlers extract it and pass a `Caller`.
 
 from __future__ import annotations
 
+import hashlib
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
+from functools import cached_property
 from typing import Final, Literal, Protocol
 
 Capability = Literal["read-job", "alloc-lifecycle", "alloc-exec", "alloc-node-exec", "job-submit"]
@@ -52,11 +54,21 @@ class AuthUnavailableError(Exception):
         self.reason = reason
 
 
+def token_digest(token: str) -> bytes:
+    """What an authorizer's caches are keyed by: a digest, so they never hold a usable token."""
+    return hashlib.sha256(token.encode()).digest()
+
+
 @dataclass(frozen=True)
 class Caller:
     """Whoever made the request. A dataclass (not a bare token) so fields can be added later."""
 
     token: str | None = None  # None: anonymous
+
+    @cached_property
+    def digest(self) -> bytes:
+        """`token_digest` of the token, computed once however many checks a request makes."""
+        return token_digest(self.token or "")
 
 
 class Authorizer(Protocol):
