@@ -11,15 +11,15 @@ from typing import Any
 
 import pytest
 
-from allocbridge.localcluster.sandbox import (
+from allocbridge.localcluster.kubelet import (
     SignalRecord,
     container_ended,
-    exec_path,
     read_handles,
     read_signals,
     signal_number,
     terminates,
 )
+from allocbridge.localcluster.sandbox import exec_path
 from allocbridge.localcluster.standins import GUARD_FOLDER, NAMES, write_standins
 
 

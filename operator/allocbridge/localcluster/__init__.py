@@ -2,8 +2,8 @@
 
 `LocalCluster` runs etcd, kube-apiserver, kube-controller-manager, kube-scheduler, kwok (the
 kubelet of fake nodes) and a kubelet simulation on loopback; see `cluster.py` for its use,
-`sandbox.py` for what happens to commands exec'd into pods and how containers end and restart,
-and `standins.py` for the recording `kill` that makes signalling safe on the host.
+`sandbox.py` for what happens to commands exec'd into pods, `kubelet.py` for how containers end
+and restart, and `standins.py` for the recording `kill` that makes signalling safe on the host.
 
 The names below are imported lazily, so that `python -m allocbridge.localcluster.sandbox` (the
 kubelet simulation's process) does not import its own module twice.
@@ -17,8 +17,8 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     from .binaries import Binaries, BinariesMissingError
     from .cluster import ClusterStartError, LocalCluster
+    from .kubelet import SignalRecord
     from .pki import write_token_kubeconfig
-    from .sandbox import SignalRecord
 
 __all__ = [
     "Binaries",
@@ -34,7 +34,7 @@ _WHERE = {
     "BinariesMissingError": "binaries",
     "ClusterStartError": "cluster",
     "LocalCluster": "cluster",
-    "SignalRecord": "sandbox",
+    "SignalRecord": "kubelet",
     "write_token_kubeconfig": "pki",
 }
 

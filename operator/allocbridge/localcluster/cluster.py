@@ -55,16 +55,16 @@ from typing import Any
 import yaml
 
 from .binaries import Binaries, kwok_crd_file
-from .pki import Pki
-from .processes import ManagedProcess, ProcessRegistry
-from .restclient import ApiError, RestClient
-from .sandbox import (
+from .kubelet import (
     SignalRecord,
     container_folder,
-    exec_path,
     read_signals,
     request_exit,
 )
+from .pki import Pki
+from .processes import ManagedProcess, ProcessRegistry
+from .restclient import ApiError, RestClient
+from .sandbox import exec_path
 from .stages import NODE_LABEL_KEY, NODE_LABEL_VALUE, NODE_SELECTOR, write_kwok_config
 from .standins import HANDLES_FILE, NO_INIT_FILE, write_atomic, write_standins
 

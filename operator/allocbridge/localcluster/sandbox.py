@@ -2,7 +2,8 @@
 
 kwok serves `pods/exec` by running the command as a plain process on this machine. This module
 makes that safe and makes containers react to what is sent into them, the way the operator's
-signal, restart and pause actions expect from a real kubelet.
+signal, restart and pause actions expect from a real kubelet. The rules a container reacts by
+(signals, the exit file, the pod status after an end, PID 1) are in `kubelet.py`.
 
 Run as `python -m allocbridge.localcluster.sandbox ...` (LocalCluster starts and stops it), it:
 
@@ -20,34 +21,13 @@ Run as `python -m allocbridge.localcluster.sandbox ...` (LocalCluster starts and
    again (a Pending pod may see no other event). Folders and the Exec go with the pod.
 2. plays the kubelet for container ends. It looks at every sandbox within ~100 ms of a
    stand-in or `request_exit` appending to `<root>/.activity` (exec env
-   `ALLOCBRIDGE_ACTIVITY`), and at least once a second regardless:
-
-   * a `kill` recorded by the stand-in (see `standins.py`) that reaches the main process (to
-     PID 1 or -1, by the rules below) with a signal whose default action terminates a process
-     (signal(7): TERM, INT, QUIT, ABRT, KILL, HUP, USR1, USR2, ALRM, PIPE, ...; not CHLD, URG,
-     WINCH, CONT or the stop signals), unless the signal
-     is named in `<sandbox>/handles` (the signals the main process traps, e.g. `HUP USR1`;
-     whitespace- or comma-separated names or numbers; KILL cannot be trapped), ends the main
-     process with exit code 128 + signal number;
-   * a file `<sandbox>/exit` holding an integer ends it with that exit code (the file is
-     consumed; `LocalCluster.container_exit` writes it atomically).
-
-   An end is written into the pod status as a kubelet would: with restartPolicy Always (or
-   OnFailure and a non-zero code, or a sidecar init container) the container restarts at once
-   (restartCount + 1, lastState.terminated {exitCode, signal, reason Error/Completed,
-   startedAt, finishedAt}, state.running {startedAt now}; no crash-loop back-off); otherwise it
-   stays terminated, the pod's Ready and ContainersReady become False and, once every regular
-   container has terminated, sidecars stop and the phase becomes Succeeded (all exit codes 0)
-   or Failed. An end also clears the `stopped` marker (which the stand-in keeps from STOP
+   `ALLOCBRIDGE_ACTIVITY`), and at least once a second regardless, for new `kill` records and
+   an `exit` file, and writes the ends they make (by the rules of `kubelet.py`) into the pod
+   status. An end also clears the `stopped` marker (which the stand-in keeps from STOP
    until CONT; STOP itself changes no status, as on a real node).
 
 There is no ClusterExec fallback: an exec into a pod whose sandbox is not prepared fails
-instead of running somewhere unintended. Signals sent while a pod is not Running, or to a
-container that is not running, are ignored.
-PID 1 follows the kernel's rules (`allocbridge.model.pid1`): by default a container runs its
-main process under an init like tini, which forwards every signal but KILL and STOP (dropped by
-the kernel) to it, and `kill -1` reaches it directly; a sandbox file `no-init` makes the main
-process PID 1 itself, which only the signals it handles reach (see `standins.py`).
+instead of running somewhere unintended.
 """
 
 from __future__ import annotations
@@ -55,7 +35,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
-import copy
 import functools
 import json
 import logging
@@ -63,7 +42,7 @@ import os
 import shutil
 import signal
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
@@ -73,55 +52,18 @@ import aiohttp
 from kubernetes_asyncio import client as k8s_client
 from kubernetes_asyncio import config as k8s_config
 
+from .kubelet import ACTIVITY_FILE, SignalRecord, container_ended, read_handles, terminates
 from .stages import NODE_LABEL_KEY, NODE_LABEL_VALUE, SANDBOX_CONDITION
 from .standins import (
     EXIT_FILE,
-    HANDLES_FILE,
     NO_INIT_FILE,
     SIGNALS_LOG,
     STOPPED_FILE,
     search_path,
-    write_atomic,
 )
 
 log = logging.getLogger("allocbridge.localcluster.sandbox")
 
-SIGNAL_NAMES = [
-    "HUP",
-    "INT",
-    "QUIT",
-    "ILL",
-    "TRAP",
-    "ABRT",
-    "BUS",
-    "FPE",
-    "KILL",
-    "USR1",
-    "SEGV",
-    "USR2",
-    "PIPE",
-    "ALRM",
-    "TERM",
-    "STKFLT",
-    "CHLD",
-    "CONT",
-    "STOP",
-    "TSTP",
-    "TTIN",
-    "TTOU",
-    "URG",
-    "XCPU",
-    "XFSZ",
-    "VTALRM",
-    "PROF",
-    "WINCH",
-    "POLL",
-    "PWR",
-    "SYS",
-]
-SIGKILL = 9
-SIGSTOP = 19
-_NOT_TERMINATING = {0, 17, 18, 19, 20, 21, 22, 23, 28}  # CHLD CONT STOP TSTP TTIN TTOU URG WINCH
 SANDBOX_PATH = "/usr/local/bin:/usr/bin:/bin"
 EXEC_API = "/apis/kwok.x-k8s.io/v1alpha1"
 MANAGED_BY = {"app.kubernetes.io/managed-by": "allocbridge-localcluster"}
@@ -129,7 +71,6 @@ POLL_INTERVAL = 0.1
 SYNC_ATTEMPTS = 12  # preparing a pod's sandbox: tries while nothing newer about the pod came
 SYNC_RETRY_DELAY = (0.2, 5.0)  # first and longest pause between those tries, in seconds
 FULL_SCAN_INTERVAL = 1.0
-ACTIVITY_FILE = ".activity"
 
 
 def exec_path(standins: Path) -> str:
@@ -137,194 +78,8 @@ def exec_path(standins: Path) -> str:
     return f"{search_path(standins)}:{SANDBOX_PATH}"
 
 
-def signal_number(spec: str | int) -> int | None:
-    """The number of a signal given as a name (`TERM`, `SIGTERM`, `term`) or number."""
-    if isinstance(spec, int):
-        return spec if 0 <= spec <= 64 else None
-    text = spec.strip().upper().removeprefix("SIG")
-    if text.isdigit():
-        return signal_number(int(text))
-    aliases = {"IOT": "ABRT", "CLD": "CHLD", "IO": "POLL"}
-    text = aliases.get(text, text)
-    if text in SIGNAL_NAMES:
-        return SIGNAL_NAMES.index(text) + 1
-    return None
-
-
-def terminates(signum: int, handled: Iterable[int] = ()) -> bool:
-    """Whether `signum` ends a main process that traps the signals in `handled`."""
-    if signum == SIGKILL:
-        return True
-    return signum not in _NOT_TERMINATING and signum not in set(handled)
-
-
-@dataclass(frozen=True)
-class SignalRecord:
-    """One line of `signals.log`, as the stand-ins write it."""
-
-    time: str
-    command: str
-    signal: str | None
-    number: int | None
-    pids: tuple[int, ...]
-    argv: tuple[str, ...]
-
-    def reaches_main_process(self, has_init: bool = True, handled: Iterable[int] = ()) -> bool:
-        """Whether this `kill` gets to the main process, by Linux's rules for PID 1.
-
-        Under an init (the default), PID 1 forwards everything but KILL and STOP, which the
-        kernel drops, and -1 reaches the main process directly. Without one, the main process
-        is PID 1 and gets only the signals it handles; -1 excludes it.
-        """
-        if self.command != "kill" or self.number is None:
-            return False
-        if has_init:
-            return -1 in self.pids or (1 in self.pids and self.number not in (SIGKILL, SIGSTOP))
-        return 1 in self.pids and self.number in set(handled)
-
-    @classmethod
-    def parse(cls, line: str) -> SignalRecord | None:
-        try:
-            data = json.loads(line)
-            return cls(
-                time=str(data["time"]),
-                command=str(data["command"]),
-                signal=None if data.get("signal") is None else str(data["signal"]),
-                number=None if data.get("number") is None else int(data["number"]),
-                pids=tuple(int(p) for p in data.get("pids", [])),
-                argv=tuple(str(a) for a in data.get("argv", [])),
-            )
-        except (ValueError, KeyError, TypeError):
-            return None
-
-
-def container_folder(root: Path, namespace: str, pod: str, container: str) -> Path:
-    """`<root>/<namespace>/<pod>/<container>`: the container's sandbox and exec cwd."""
-    return root / namespace / pod / container
-
-
-def read_signals(folder: Path) -> list[SignalRecord]:
-    """Every complete record in a sandbox's `signals.log` (empty if none was written)."""
-    try:
-        text = (folder / SIGNALS_LOG).read_text(errors="replace")
-    except FileNotFoundError:
-        return []
-    records = (SignalRecord.parse(line) for line in text.splitlines() if line.strip())
-    return [r for r in records if r is not None]
-
-
-def read_handles(folder: Path) -> set[int]:
-    """The signal numbers named in `<sandbox>/handles`."""
-    try:
-        text = (folder / HANDLES_FILE).read_text()
-    except FileNotFoundError:
-        return set()
-    numbers = (signal_number(t) for t in text.replace(",", " ").replace(";", " ").split())
-    return {n for n in numbers if n is not None}
-
-
-def request_exit(folder: Path, exit_code: int) -> None:
-    """Ask the simulation to end the container's main process with `exit_code`."""
-    if not folder.is_dir():
-        raise FileNotFoundError(f"no sandbox at {folder} (is the pod running on a kwok node?)")
-    write_atomic(folder / EXIT_FILE, f"{int(exit_code)}\n")
-    note_activity(folder.parents[2] / ACTIVITY_FILE)
-
-
-def note_activity(activity: Path) -> None:
-    """Tell the poller to look at every sandbox now rather than at its next full scan."""
-    with contextlib.suppress(OSError), open(activity, "ab") as f:
-        f.write(b".")
-
-
 def _now() -> str:
     return datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
-
-
-def _set_condition(status: dict[str, Any], kind: str, value: str, reason: str, now: str) -> None:
-    conditions = status.setdefault("conditions", [])
-    message = ""
-    if reason == "ContainersNotReady":
-        unready = [s["name"] for s in status.get("containerStatuses") or [] if not s.get("ready")]
-        message = f"containers with unready status: [{' '.join(unready)}]"
-    for cond in conditions:
-        if cond.get("type") == kind:
-            if cond.get("status") != value:
-                cond["lastTransitionTime"] = now
-            cond.update(status=value, reason=reason, message=message)
-            return
-    conditions.append(
-        {
-            "type": kind,
-            "status": value,
-            "reason": reason,
-            "message": message,
-            "lastTransitionTime": now,
-        }
-    )
-
-
-def container_ended(
-    pod: dict[str, Any], container: str, exit_code: int, signum: int | None, now: str
-) -> dict[str, Any] | None:
-    """The pod status after `container`'s main process ended, or None if nothing was running.
-
-    Pure, so the kubelet rules can be read (and tested) apart from the I/O.
-    """
-    spec = pod.get("spec") or {}
-    status = copy.deepcopy(pod.get("status") or {})
-    if status.get("phase") != "Running":
-        return None
-    sidecars = {
-        c["name"] for c in spec.get("initContainers") or [] if c.get("restartPolicy") == "Always"
-    }
-    regular = [c["name"] for c in spec.get("containers") or []]
-    if container not in sidecars and container not in regular:
-        return None
-    key = "initContainerStatuses" if container in sidecars else "containerStatuses"
-    current = next((s for s in status.get(key) or [] if s.get("name") == container), None)
-    if current is None or "running" not in (current.get("state") or {}):
-        return None
-    terminated: dict[str, Any] = {
-        "exitCode": exit_code,
-        "reason": "Completed" if exit_code == 0 else "Error",
-        "startedAt": current["state"]["running"].get("startedAt") or now,
-        "finishedAt": now,
-    }
-    if signum:
-        terminated["signal"] = signum
-    policy = spec.get("restartPolicy") or "Always"
-    if container in sidecars or policy == "Always" or (policy == "OnFailure" and exit_code):
-        current["restartCount"] = int(current.get("restartCount") or 0) + 1
-        current["lastState"] = {"terminated": terminated}
-        current["state"] = {"running": {"startedAt": now}}
-        current.update(ready=True, started=True)
-        return status
-    current["state"] = {"terminated": terminated}
-    current.update(ready=False, started=False)
-    by_name = {s.get("name"): s for s in status.get("containerStatuses") or []}
-    ended = [by_name.get(n, {}).get("state", {}).get("terminated") for n in regular]
-    if all(ended):
-        for side in status.get("initContainerStatuses") or []:
-            running = (side.get("state") or {}).get("running")
-            if side.get("name") in sidecars and running is not None:
-                side["state"] = {
-                    "terminated": {
-                        "exitCode": 0,
-                        "reason": "Completed",
-                        "startedAt": running.get("startedAt") or now,
-                        "finishedAt": now,
-                    }
-                }
-                side.update(ready=False, started=False)
-        failed = any(int(t.get("exitCode") or 0) != 0 for t in ended if t)
-        status["phase"] = "Failed" if failed else "Succeeded"
-        reason = "PodCompleted"
-    else:
-        reason = "ContainersNotReady"
-    _set_condition(status, "ContainersReady", "False", reason, now)
-    _set_condition(status, "Ready", "False", reason, now)
-    return status
 
 
 class _ApiError(RuntimeError):
