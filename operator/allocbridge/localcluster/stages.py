@@ -24,7 +24,7 @@ since (restart counts, last states, terminal phases):
   does). A grace-0 pod is removed by the API server itself once its finalizers are gone.
 
 There is deliberately no stage that completes Job pods on its own: containers end only when a test
-or a signal says so (see `sandbox.py`).
+or a signal says so (see `kubelet.py`).
 """
 
 from __future__ import annotations

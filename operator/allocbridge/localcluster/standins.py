@@ -8,7 +8,7 @@ through PATH reaches them: `/bin/kill ...` or the shell builtin in `sh -c "kill 
 real kill(2), which is neither recorded nor seen by the kubelet simulation (and, run as the
 unprivileged sandbox user, cannot touch the machine's processes).
 
-Contract (the kubelet simulation in `sandbox.py` and the tests rely on it):
+Contract (the rules in `kubelet.py`, the simulation in `sandbox.py` and the tests rely on it):
 
 * The sandbox of a container is the folder in `$ALLOCBRIDGE_SANDBOX` (also the exec's cwd).
   Without it the stand-ins refuse (exit 2) rather than guess.
