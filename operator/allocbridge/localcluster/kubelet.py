@@ -10,10 +10,9 @@ A container's main process ends by these rules:
 * a `kill` recorded by the stand-in (see `standins.py`) that reaches the main process (to
   PID 1 or -1, by the rules below) with a signal whose default action terminates a process
   (signal(7): TERM, INT, QUIT, ABRT, KILL, HUP, USR1, USR2, ALRM, PIPE, ...; not CHLD, URG,
-  WINCH, CONT or the stop signals), unless the signal
-  is named in `<sandbox>/handles` (the signals the main process traps, e.g. `HUP USR1`;
-  whitespace- or comma-separated names or numbers; KILL cannot be trapped), ends the main
-  process with exit code 128 + signal number;
+  WINCH, CONT or the stop signals), unless the signal is named in `<sandbox>/handles` (the
+  signals the main process traps, e.g. `HUP USR1`; whitespace- or comma-separated names or
+  numbers; KILL cannot be trapped), ends the main process with exit code 128 + signal number;
 * a file `<sandbox>/exit` holding an integer ends it with that exit code (the file is
   consumed; `LocalCluster.container_exit` writes it atomically).
 
