@@ -134,6 +134,12 @@ class Operator:
         info = json.loads(body)["worker_process_info"]
         return status == 200 and info["upstream_connection_state"] == "READY"
 
+    def open_exec_sessions(self) -> int:
+        """The exec sessions the replica counts as open."""
+        _, body, _ = http(self.ops + "/health?worker_info=1")
+        count: int = json.loads(body)["worker_process_info"]["active_session_count"]
+        return count
+
     def kill(self) -> None:
         if self.process is not None and self.process.poll() is None:
             self.process.kill()

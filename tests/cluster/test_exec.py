@@ -148,13 +148,7 @@ async def client() -> AsyncIterator[aiohttp.ClientSession]:
 def no_session_left_open(operator: Operator) -> Iterator[None]:
     """Every test must leave no exec session behind on the server."""
     yield
-    eventually(lambda: open_sessions(operator) == 0, timeout=20, what="no open exec session")
-
-
-def open_sessions(operator: Operator) -> int:
-    _, body, _ = http(operator.ops + "/health?worker_info=1")
-    count: int = json.loads(body)["worker_process_info"]["active_session_count"]
-    return count
+    eventually(lambda: operator.open_exec_sessions() == 0, timeout=20, what="no open exec session")
 
 
 def exec_sessions_gauge(operator: Operator) -> float:
@@ -321,6 +315,31 @@ async def test_ten_mebibytes_of_output_arrive_byte_exact(
     print(f"10 MiB in {time.monotonic() - started:.2f}s, {len(outcome.chunk_sizes)} frames")
 
 
+async def test_a_client_that_reads_late_still_gets_the_tail_and_the_exit_code(
+    operator: Operator, alloc: Alloc, client: aiohttp.ClientSession
+) -> None:
+    """A slow link: the command ends while most of its output still waits in the connection's
+    buffers, and the client keeps sending heartbeats (the Nomad SDK sends one every 10 s) before
+    it has read that far. The server must not drop the connection under a client that is still
+    reading: a frame that reaches a closed socket is answered with a reset, and a reset throws
+    away whatever the client's kernel still held, the tail and the exit code with it."""
+    # More than the client library buffers for itself (64 KiB), less than the connection holds.
+    size = 1024 * 1024
+    expected = "".join(f"{i}\n" for i in range(1, 200_001)).encode()[:size]
+    command = ["sh", "-c", f"seq 1 200000 | head -c {size}"]
+    outcome = Outcome()
+    async with client.ws_connect(exec_url(operator, alloc.id, command=command)) as ws:
+        await read_until(ws, outcome, lambda o: len(o.stdout) > 0)
+        for _ in range(8):  # 4 s of heartbeats and no reading
+            await asyncio.sleep(0.5)
+            await ws.send_str("{}")
+        await collect(ws, outcome)
+    assert len(outcome.stdout) == size
+    assert hashlib.sha256(outcome.stdout).digest() == hashlib.sha256(expected).digest()
+    assert outcome.exit_code == 0
+    assert outcome.close_code == 1000
+
+
 async def test_tty_session_with_a_resize(
     operator: Operator, alloc: Alloc, client: aiohttp.ClientSession
 ) -> None:
@@ -480,14 +499,14 @@ async def test_client_that_leaves_mid_stream_ends_the_process_and_the_session(
         ws = await session.ws_connect(exec_url(operator, alloc.id, command=command))
         outcome = Outcome()
         await read_until(ws, outcome, lambda o: o.stdout.count(marker.encode()) >= 2)
-        assert open_sessions(operator) == 1 and exec_sessions_gauge(operator) == 1
+        assert operator.open_exec_sessions() == 1 and exec_sessions_gauge(operator) == 1
         if sandbox is not None:
             assert processes_in(sandbox), "the command should run in the container's sandbox"
         if how == "close-frame":
             await ws.close()
     finally:
         await session.close()  # without a close frame: the TCP connection just goes away
-    eventually(lambda: open_sessions(operator) == 0, timeout=20, what="the session to end")
+    eventually(lambda: operator.open_exec_sessions() == 0, timeout=20, what="the session to end")
     assert exec_sessions_gauge(operator) == 0
     if sandbox is not None:
         eventually(lambda: not processes_in(sandbox), timeout=20, what="the command to end")
@@ -501,7 +520,7 @@ async def test_several_sessions_at_once(
     sockets = [await client.ws_connect(url) for _ in range(count)]
     try:
         # All open before any gets input: each waits for its own stdin.
-        assert open_sessions(operator) == count
+        assert operator.open_exec_sessions() == count
         for i in reversed(range(count)):
             await sockets[i].send_str(json.dumps(stdin(f"sess-{i}".encode())))
         outcomes = await asyncio.gather(*(collect(ws) for ws in sockets))
@@ -542,7 +561,7 @@ async def test_shutdown_closes_open_sessions_with_1001(
         async with client.ws_connect(exec_url(replica, alloc.id, command=command)) as ws:
             outcome = Outcome()
             await read_until(ws, outcome, lambda o: b"still-here" in o.stdout)
-            assert open_sessions(replica) == 1
+            assert replica.open_exec_sessions() == 1
             process = replica.process
             assert process is not None
             signalled = time.monotonic()

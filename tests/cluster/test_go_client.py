@@ -263,6 +263,11 @@ def test_pause(world: World) -> None:
 
 def test_exec(world: World) -> None:
     step("TestExec", world.env(world.act, GOCLIENT_ALLOC=world.ids["ex"]))
+    # The SDK drops the connection once it has the exit code, which ends the server's wait for
+    # a close frame at once: the session does not linger.
+    eventually(
+        lambda: world.operator.open_exec_sessions() == 0, timeout=3, what="the session to end"
+    )
 
 
 def test_stop_without_shutdown_delay(world: World) -> None:

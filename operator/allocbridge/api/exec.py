@@ -84,10 +84,16 @@ MAX_CLIENT_FRAME: Final = 4 * 1024 * 1024
 MAX_REASON: Final = 123
 #: Seconds open sessions get to close when the server shuts down.
 SHUTDOWN_WAIT: Final = 5.0
-#: Seconds a close waits for the client's answering close frame. Once the server is stopping,
-#: aiohttp reads nothing more, so the wait is only cut short by the client dropping the
-#: connection; Nomad itself never waits.
-CLOSE_TIMEOUT: Final = 2.0
+#: Seconds a close waits for the client's answering close frame. The client answers only after
+#: reading every frame sent before the close, so on a slow link this is how far behind it may
+#: be. Closing the socket sooner makes whatever the client sends meanwhile (a heartbeat, stdin)
+#: meet a closed socket, whose reset throws away what the client's kernel still holds: the tail
+#: of the output and the exit code. A client that reads everything answers at once, and one
+#: that just drops the connection (the Nomad SDK, after the exit frame) ends the wait too.
+CLOSE_WAIT: Final = 30.0
+#: The same wait once the server is stopping: aiohttp reads nothing more then, so only the
+#: client dropping the connection could cut it short.
+SHUTDOWN_CLOSE_WAIT: Final = 2.0
 
 POLICY_VIOLATION: Final = int(WSCloseCode.POLICY_VIOLATION)  # 1008
 INTERNAL_ERROR: Final = int(WSCloseCode.INTERNAL_ERROR)  # 1011
@@ -346,8 +352,9 @@ class _ClientGoneError(Exception):
 class _ClientSocket:
     """The client's WebSocket with every write under one lock."""
 
-    def __init__(self, ws: web.WebSocketResponse) -> None:
+    def __init__(self, ws: web.WebSocketResponse, stopping: asyncio.Event) -> None:
         self.ws = ws
+        self._stopping = stopping
         self._lock = asyncio.Lock()
 
     async def send(self, frame: bytes) -> None:
@@ -359,9 +366,15 @@ class _ClientSocket:
                 raise _ClientGoneError from exc
 
     async def close(self, code: int, reason: str = "") -> None:
+        """Send the close frame, then wait for the client's (see `CLOSE_WAIT`)."""
         async with self._lock:
-            if not self.ws.closed:
-                await self.ws.close(code=code, message=close_reason(reason).encode("utf-8"))
+            if self.ws.closed:
+                return
+            wait = SHUTDOWN_CLOSE_WAIT if self._stopping.is_set() else CLOSE_WAIT
+            # When the wait runs out, aiohttp closes the connection (1006) itself.
+            with contextlib.suppress(TimeoutError):
+                async with asyncio.timeout(wait):
+                    await self.ws.close(code=code, message=close_reason(reason).encode("utf-8"))
 
 
 async def allocation_exec(request: web.Request) -> web.StreamResponse:
@@ -369,10 +382,10 @@ async def allocation_exec(request: web.Request) -> web.StreamResponse:
         raise ApiError(400, NOT_UPGRADED)
     if not _same_origin(request):
         raise ApiError(403, CROSS_ORIGIN)
-    ws = web.WebSocketResponse(max_msg_size=MAX_CLIENT_FRAME, timeout=CLOSE_TIMEOUT)
+    ws = web.WebSocketResponse(max_msg_size=MAX_CLIENT_FRAME, timeout=CLOSE_WAIT)
     await ws.prepare(request)
-    client = _ClientSocket(ws)
     services = request.app.get(EXEC)
+    client = _ClientSocket(ws, services.stopping if services else asyncio.Event())
     if services is None:
         await client.close(INTERNAL_ERROR, NOT_CONFIGURED)
         return ws
