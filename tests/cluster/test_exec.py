@@ -539,10 +539,9 @@ async def test_heartbeats_are_ignored(
     assert bytes(outcome.stdout) == b"ok" and outcome.exit_code == 0
 
 
-async def test_shutdown_closes_open_sessions_with_1001(
-    alloc: Alloc, cluster: Any, kubectl: Any, tmp_path: Path, client: aiohttp.ClientSession
-) -> None:
-    """A replica of its own (watching only this module's namespace) is stopped mid-session."""
+@pytest.fixture
+def replica(alloc: Alloc, cluster: Any, kubectl: Any, tmp_path: Path) -> Iterator[Operator]:
+    """A replica of its own (watching only this module's namespace), for a test to stop."""
     kubeconfig = service_account_kubeconfig(kubectl, cluster.kubeconfig, tmp_path / "kubeconfig")
     replica = Operator(tmp_path, kubeconfig)
     text = replica.config.read_text()
@@ -552,30 +551,55 @@ async def test_shutdown_closes_open_sessions_with_1001(
         )
     )
     replica.start()
+    try:
+        eventually(lambda: http(f"{replica.api}/v1/allocation/{alloc.id}")[0] == 200, what="sync")
+        yield replica
+    finally:
+        replica.stop()
+
+
+async def test_shutdown_closes_open_sessions_with_1001(
+    replica: Operator, alloc: Alloc, cluster: Any, client: aiohttp.ClientSession
+) -> None:
     sandbox = (
         cluster.sandbox_dir(alloc.namespace, alloc.name, "main") if is_local(cluster) else None
     )
-    try:
-        eventually(lambda: http(f"{replica.api}/v1/allocation/{alloc.id}")[0] == 200, what="sync")
-        command = ["sh", "-c", "while :; do echo still-here; sleep 0.2; done"]
-        async with client.ws_connect(exec_url(replica, alloc.id, command=command)) as ws:
-            outcome = Outcome()
-            await read_until(ws, outcome, lambda o: b"still-here" in o.stdout)
-            assert replica.open_exec_sessions() == 1
-            process = replica.process
-            assert process is not None
-            signalled = time.monotonic()
-            process.send_signal(signal.SIGTERM)
-            # Sessions outlive the drain period (1 s here), then close as the listener stops.
-            await collect(ws, outcome)
-        assert (outcome.close_code, outcome.close_reason) == (1001, "allocbridge is shutting down")
-        assert await asyncio.to_thread(process.wait, 30) == 0
-        # Open sessions do not hold the stop up to the in-flight timeout (10 s).
-        assert time.monotonic() - signalled < 8
-    finally:
-        replica.stop()
+    command = ["sh", "-c", "while :; do echo still-here; sleep 0.2; done"]
+    async with client.ws_connect(exec_url(replica, alloc.id, command=command)) as ws:
+        outcome = Outcome()
+        await read_until(ws, outcome, lambda o: b"still-here" in o.stdout)
+        assert replica.open_exec_sessions() == 1
+        process = replica.process
+        assert process is not None
+        signalled = time.monotonic()
+        process.send_signal(signal.SIGTERM)
+        # Sessions outlive the drain period (1 s here), then close as the listener stops.
+        await collect(ws, outcome)
+    assert (outcome.close_code, outcome.close_reason) == (1001, "allocbridge is shutting down")
+    assert await asyncio.to_thread(process.wait, 30) == 0
+    # Open sessions do not hold the stop up to the in-flight timeout (10 s).
+    assert time.monotonic() - signalled < 8
     if sandbox is not None:
         eventually(lambda: not processes_in(sandbox), timeout=20, what="the command to end")
+
+
+async def test_shutdown_cuts_the_wait_for_a_late_readers_close(
+    replica: Operator, alloc: Alloc, client: aiohttp.ClientSession
+) -> None:
+    """A session whose command has ended, waiting for the close frame of a client that has not
+    read that far (see the late reader above), does not hold the stop up either."""
+    command = ["sh", "-c", "seq 1 200000 | head -c 1048576"]
+    async with client.ws_connect(exec_url(replica, alloc.id, command=command)) as ws:
+        await read_until(ws, Outcome(), lambda o: len(o.stdout) > 0)
+        await asyncio.sleep(2.0)  # the command ends; the server has sent all it can and waits
+        assert replica.open_exec_sessions() == 1
+        process = replica.process
+        assert process is not None
+        signalled = time.monotonic()
+        process.send_signal(signal.SIGTERM)
+        assert await asyncio.to_thread(process.wait, 60) == 0
+        stopped_in = time.monotonic() - signalled
+    assert stopped_in < 8
 
 
 # -- a client written independently: the websockets package ------------------------------------

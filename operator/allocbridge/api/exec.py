@@ -91,8 +91,9 @@ SHUTDOWN_WAIT: Final = 5.0
 #: of the output and the exit code. A client that reads everything answers at once, and one
 #: that just drops the connection (the Nomad SDK, after the exit frame) ends the wait too.
 CLOSE_WAIT: Final = 30.0
-#: The same wait once the server is stopping: aiohttp reads nothing more then, so only the
-#: client dropping the connection could cut it short.
+#: What is left of that wait once the server starts stopping, so a slow reader cannot hold the
+#: stop up (aiohttp reads nothing more then: only the client dropping the connection could end
+#: the wait sooner).
 SHUTDOWN_CLOSE_WAIT: Final = 2.0
 
 POLICY_VIOLATION: Final = int(WSCloseCode.POLICY_VIOLATION)  # 1008
@@ -366,15 +367,24 @@ class _ClientSocket:
                 raise _ClientGoneError from exc
 
     async def close(self, code: int, reason: str = "") -> None:
-        """Send the close frame, then wait for the client's (see `CLOSE_WAIT`)."""
+        """Send the close frame, then wait for the client's: up to `CLOSE_WAIT`, and from the
+        moment the server starts stopping, up to `SHUTDOWN_CLOSE_WAIT` more."""
         async with self._lock:
             if self.ws.closed:
                 return
-            wait = SHUTDOWN_CLOSE_WAIT if self._stopping.is_set() else CLOSE_WAIT
-            # When the wait runs out, aiohttp closes the connection (1006) itself.
-            with contextlib.suppress(TimeoutError):
-                async with asyncio.timeout(wait):
-                    await self.ws.close(code=code, message=close_reason(reason).encode("utf-8"))
+            message = close_reason(reason).encode("utf-8")
+            closing = asyncio.ensure_future(self.ws.close(code=code, message=message))
+            stopping = asyncio.ensure_future(self._stopping.wait())
+            try:
+                await asyncio.wait(
+                    (closing, stopping), timeout=CLOSE_WAIT, return_when=asyncio.FIRST_COMPLETED
+                )
+                if stopping.done():
+                    await asyncio.wait((closing,), timeout=SHUTDOWN_CLOSE_WAIT)
+            finally:
+                stopping.cancel()
+                closing.cancel()  # still waiting: aiohttp then drops the connection (1006)
+                await asyncio.gather(closing, stopping, return_exceptions=True)
 
 
 async def allocation_exec(request: web.Request) -> web.StreamResponse:
