@@ -87,12 +87,14 @@ class Operator:
         acl: bool = False,
         audiences: tuple[str, ...] = (),
         *,
+        namespaces: tuple[str, ...] = (),
         peering: str | None = None,
         priority: int = 0,
         log: LogSettings | None = None,
         grace: float = 1.0,
     ) -> None:
-        """Standalone unless `peering` names a Kopf peering to join with `priority`."""
+        """Standalone unless `peering` names a Kopf peering to join with `priority`; every
+        namespace unless `namespaces` names some."""
         self.folder = folder
         self.grace = grace
         self.api_port, self.ops_port = free_port(), free_port()
@@ -101,6 +103,7 @@ class Operator:
         self.config = folder / "allocbridge.hcl"
         kubernetes = KubernetesSettings(
             kubeconfig=str(kubeconfig),
+            namespaces=namespaces,
             standalone=peering is None,
             peering=peering or KubernetesSettings.peering,
             priority=priority,

@@ -193,17 +193,6 @@ def wait_namespace(kubectl: Any, name: str) -> None:
     )
 
 
-def with_namespaces(operator: Operator, namespaces: list[str]) -> Operator:
-    """Limit the operator's watches (and so its reconciler) to `namespaces`."""
-    listed = ", ".join(f'"{n}"' for n in namespaces)
-    text = operator.config.read_text()
-    assert "  standalone = true\n" in text
-    operator.config.write_text(
-        text.replace("  standalone = true\n", f"  standalone = true\n  namespaces = [{listed}]\n")
-    )
-    return operator
-
-
 @pytest.fixture(scope="module")
 def world(cluster: Any, kubectl: Any, tmp_path_factory: pytest.TempPathFactory) -> Iterator[World]:
     install(kubectl)
@@ -215,8 +204,8 @@ def world(cluster: Any, kubectl: Any, tmp_path_factory: pytest.TempPathFactory) 
     acl_dir, open_dir = folder / "acl", folder / "open"
     acl_dir.mkdir()
     open_dir.mkdir()
-    acl = with_namespaces(Operator(acl_dir, sa_kubeconfig, acl=True), [a, b, quiet])
-    opened = with_namespaces(Operator(open_dir, sa_kubeconfig, acl=False), [d])
+    acl = Operator(acl_dir, sa_kubeconfig, acl=True, namespaces=(a, b, quiet))
+    opened = Operator(open_dir, sa_kubeconfig, acl=False, namespaces=(d,))
     w = World(kubectl, acl, opened, a, b, quiet, d, sa_kubeconfig=sa_kubeconfig)
     try:
         for ns in (a, b, quiet, d):
@@ -559,8 +548,8 @@ def test_acl_audiences_accept_only_tokens_minted_for_them(world: World, tmp_path
     assert world.sa_kubeconfig is not None
     folder = tmp_path / "audiences"
     folder.mkdir()
-    strict = with_namespaces(
-        Operator(folder, world.sa_kubeconfig, acl=True, audiences=("allocbridge",)), [world.a]
+    strict = Operator(
+        folder, world.sa_kubeconfig, acl=True, audiences=("allocbridge",), namespaces=(world.a,)
     ).start()
     try:
         path = f"/v1/allocations?namespace={world.a}"

@@ -543,13 +543,7 @@ async def test_heartbeats_are_ignored(
 def replica(alloc: Alloc, cluster: Any, kubectl: Any, tmp_path: Path) -> Iterator[Operator]:
     """A replica of its own (watching only this module's namespace), for a test to stop."""
     kubeconfig = service_account_kubeconfig(kubectl, cluster.kubeconfig, tmp_path / "kubeconfig")
-    replica = Operator(tmp_path, kubeconfig)
-    text = replica.config.read_text()
-    replica.config.write_text(
-        text.replace(
-            "  standalone = true\n", f'  standalone = true\n  namespaces = ["{alloc.namespace}"]\n'
-        )
-    )
+    replica = Operator(tmp_path, kubeconfig, namespaces=(alloc.namespace,))
     replica.start()
     try:
         eventually(lambda: http(f"{replica.api}/v1/allocation/{alloc.id}")[0] == 200, what="sync")

@@ -318,13 +318,7 @@ def guarded(
     namespace = f"go-acl-{uuid.uuid4().hex[:6]}"
     folder: Path = tmp_path_factory.mktemp("go-acl")
     kubeconfig = service_account_kubeconfig(kubectl, cluster.kubeconfig, folder / "kubeconfig")
-    acl = Operator(folder, kubeconfig, acl=True)
-    text = acl.config.read_text()
-    acl.config.write_text(
-        text.replace(
-            "  standalone = true\n", f'  standalone = true\n  namespaces = ["{namespace}"]\n'
-        )
-    )
+    acl = Operator(folder, kubeconfig, acl=True, namespaces=(namespace,))
     try:
         create_namespace(kubectl, namespace)
         tokens = {}
