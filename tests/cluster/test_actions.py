@@ -242,9 +242,18 @@ def test_bad_signal_requests_change_nothing(
     assert "Signaling" not in events(kubectl, namespace, "calm", "main")
 
 
-def test_signal_unknown_allocation(operator: Operator) -> None:
+@pytest.mark.parametrize(
+    ("action", "body"),
+    [
+        ("signal", {"Signal": "SIGHUP"}),
+        ("signal", {"Signal": "SIGBOGUS"}),  # the lookup comes before the payload, as in Nomad
+        ("signal", {"Task": "main"}),
+        ("restart", {"TaskName": "main", "AllTasks": True}),
+    ],
+)
+def test_unknown_allocation(operator: Operator, action: str, body: Any) -> None:
     unknown = "0f0f0f0f-0000-4000-8000-000000000000"
-    code, text = post(operator, f"/v1/client/allocation/{unknown}/signal", {"Signal": "SIGHUP"})
+    code, text = post(operator, f"/v1/client/allocation/{unknown}/{action}", body)
     assert code == 404 and text == f'Unknown allocation "{unknown}"'
 
 

@@ -445,6 +445,22 @@ def test_every_routed_endpoint_has_a_row(routes: set[tuple[str, str]]) -> None:
     assert not missing, f"add these endpoints to the capability table: {sorted(missing)}"
 
 
+@pytest.mark.parametrize(
+    ("action", "body"),
+    [
+        ("signal", {"Signal": "SIGBOGUS", "Task": TASK}),
+        ("signal", {"Task": TASK}),
+        ("restart", {"TaskName": TASK, "AllTasks": True}),
+    ],
+)
+def test_the_capability_is_checked_before_the_payload(world: World, action: str, body: Any) -> None:
+    """As in Nomad: lookup, then `alloc-lifecycle`, then what the body asks for."""
+    alloc_id = world.ids[(world.a, "sig")]
+    path = f"/v1/client/allocation/{alloc_id}/{action}"
+    reply = call(world.acl.api, path, method="POST", token=world.token("cap-read-job"), body=body)
+    assert denied(reply), reply
+
+
 @pytest.mark.parametrize("row", ROWS, ids=[row.id for row in ROWS])
 def test_capability_table(world: World, routes: set[tuple[str, str]], row: Row) -> None:
     skip_unless_routed(row, routes)

@@ -3,7 +3,8 @@
 Body `{"Signal": "SIGUSR1", "Task": "web"}` (keys case-insensitive, as Go decodes them); answers
 `{}`. Nomad answers 500 for an unknown or stopped task; here those are 404 `Task not found` and
 409 `Task not running` (also when no task is named and none is running), and an unknown signal
-name is 400 (see the README's compatibility table).
+name is 400 (see the README's compatibility table). As in Nomad, a body that is not JSON fails
+first, then an unknown allocation (404) and a missing capability (403), then the signal.
 """
 
 from __future__ import annotations
@@ -22,13 +23,13 @@ async def signal_allocation(request: web.Request) -> web.StreamResponse:
     body = await json_body(request, required=True)
     name = field(body, "Signal", str, "")
     task = field(body, "Task", str, "")
+    _alloc, where = await target(request, ALLOC_LIFECYCLE)
     if not name:
         raise ApiError(400, 'missing signal: the body needs a Signal such as "SIGUSR1"')
     try:
         canonical(name)
     except UnknownSignalError as exc:
         raise ApiError(400, str(exc)) from exc
-    _alloc, where = await target(request, ALLOC_LIFECYCLE)
     await actions(request).signal(where, name, task or None)
     return json_response(b"{}")
 
