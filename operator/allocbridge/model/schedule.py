@@ -1,9 +1,13 @@
 """The pause schedule of a task: Nomad Enterprise's override state machine and cron windows.
 
-States (`ScheduleState` on the wire): `""` runs (the only state of a task without a schedule),
-`force_run` and `force_pause` are overrides, `scheduled_pause` is paused by the schedule, and
-`schedule_resume` is the passing state of removing an override, which settles at once to `""`
-or `scheduled_pause` depending on the schedule. Overrides win until removed.
+States (`ScheduleState` on the wire): `""` runs, `force_run` and `force_pause` are overrides,
+`scheduled_pause` is paused by the schedule, and `schedule_resume` is the passing state of
+removing an override, which settles at once to `""` or `scheduled_pause` depending on the
+schedule. Overrides win until removed.
+
+A task without a schedule rests at `""`, as the spec says, but may still be forced to pause (a
+manual pause is useful without a cron window, and refusing it would leave no way to pause such
+a task); `run` has nothing to override there and leaves it at `""`.
 """
 
 from __future__ import annotations
