@@ -158,6 +158,12 @@ func TestStop(t *testing.T) {
 	if len(resp.EvalID) != 36 || resp.LastIndex == 0 {
 		t.Fatalf("Stop: %+v", resp)
 	}
+	// `nomad alloc stop` (without -detach) reads the evaluation at once and gives up on the
+	// first error ("No evaluation with id ... found"): no retry here either.
+	evals := client.Evaluations()
+	if _, _, err := evals.Info(resp.EvalID, nil); err != nil {
+		t.Fatalf("Evaluations().Info right after the stop: %v", err)
+	}
 	var stopped *api.Allocation
 	eventually(t, "the allocation to stop", func() (bool, string) {
 		stopped = info(t, client, id)
@@ -175,7 +181,6 @@ func TestStop(t *testing.T) {
 
 	// What `nomad alloc stop` without -detach does next: follow the evaluation until it is
 	// complete and list the allocations it placed.
-	evals := client.Evaluations()
 	eventually(t, "the stop's evaluation to list its placement", func() (bool, string) {
 		placed, _, err := evals.Allocations(resp.EvalID, nil)
 		if err != nil {
