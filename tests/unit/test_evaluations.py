@@ -50,8 +50,7 @@ def test_indexes_and_times_are_the_oldest_placements_and_zero_fields_are_left_ou
     shared = str(uuid.uuid4())
     newer = {**wire(alloc_id(4), create_index=500, group="b"), "EvalID": shared}
     older = {**wire(alloc_id(5), create_index=400, group="a"), "EvalID": shared}
-    older["Job"] = {**older["Job"], "Priority": 0, "Type": "batch"}
-    older["JobType"] = "batch"
+    older["Job"] = {**older["Job"], "Priority": 0, "Type": "batch"}  # no JobType: a stub field
     found = evaluation(shared, [newer, older])
     assert found is not None
     assert (found["CreateIndex"], found["ModifyIndex"]) == (400, 400)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import copy
+import re
 from pathlib import Path
 from typing import Any
 
@@ -11,6 +12,8 @@ import yaml
 from allocbridge.model.spec import parse_spec
 from allocbridge.model.status import derive, rfc3339
 from allocbridge.model.wire import allocation, checks, eval_id, pod_view, services, task_event
+from allocbridge.store import StoredAllocation
+from allocbridge.store.stubs import ALLOCATION_ZERO
 
 EXAMPLES = Path(__file__).parents[2] / "examples"
 NS = 1_000_000_000
@@ -50,8 +53,6 @@ ALLOCATION_FIELDS = {
     "AllocModifyIndex",
     "CreateTime",
     "ModifyTime",
-    "JobType",
-    "JobVersion",
 }
 
 
@@ -124,6 +125,20 @@ def test_allocation_has_the_spec_fields_and_index_rules() -> None:
     assert set(state["Events"][0]) >= {"DisplayMessage", "ExitCode", "Details", "FailsTask"}
 
 
+def test_allocation_has_no_stub_only_fields_and_the_stub_keeps_them() -> None:
+    """`JobType` and `JobVersion` exist only on Nomad's `AllocListStub` (copied from the Job
+    there): a read, or a filter (which runs on the full allocation), must not see them."""
+    obj = example("web.yaml")
+    obj["spec"]["job"]["version"] = 4
+    spec = parse_spec(obj["spec"])
+    obj["status"] = {**derive(spec, {}, None, T0).status, "createIndex": 100}
+    for usable in (spec, None):
+        extra = set(allocation(obj, usable)) - set(ALLOCATION_ZERO)
+        assert not extra, f"not fields of Nomad's Allocation: {sorted(extra)}"
+    stub = StoredAllocation.from_wire(allocation(obj, spec)).stub
+    assert (stub["JobType"], stub["JobVersion"]) == ("service", 4)
+
+
 def test_task_event_details_mirror_typed_fields() -> None:
     event = task_event(
         {"type": "Terminated", "time": 5, "displayMessage": "Exit Code: 3", "exitCode": 3}
@@ -165,3 +180,71 @@ def test_checks_follow_probe_readiness() -> None:
     probed = [c for c in ready.values() if c["Output"] != "no Kubernetes probe runs this check"]
     assert probed and all(c["Status"] == "success" for c in probed)
     assert all(c["Mode"] in ("healthiness", "readiness") for c in ready.values())
+
+
+def test_services_are_deregistered_once_the_allocation_is_stopping() -> None:
+    """Nomad deregisters services when a stop starts, then waits out the shutdown delay and
+    kills the tasks: during the delay the tasks still run but their services are gone."""
+    obj = example("services-checks.yaml")
+    spec = parse_spec(obj["spec"])
+    pod = running_pod(obj, ready=True)
+    obj["status"] = {"clientStatus": "running", "desiredStatus": "run", "nodeID": "n1"}
+    assert services(obj, spec, pod)
+    stopping = copy.deepcopy(obj)  # what `actions.lifecycle` writes for a stop
+    stopping["status"].update(
+        desiredStatus="stop",
+        desiredDescription="alloc was stopped by user request and rescheduled",
+        desiredTransition={"migrate": True, "noShutdownDelay": False},
+        stopAt=T0 + 5 * NS,
+    )
+    assert services(stopping, spec, pod) == []
+    evicted = copy.deepcopy(obj)
+    evicted["status"]["desiredStatus"] = "evict"
+    assert services(evicted, spec, pod) == []
+    deleted = copy.deepcopy(obj)
+    deleted["metadata"]["deletionTimestamp"] = rfc3339(T0)
+    assert services(deleted, spec, pod) == []
+
+
+def test_services_go_with_a_pod_being_deleted() -> None:
+    """A pod being deleted (an eviction, a drain) is on its way out, as in Nomad's stop; the
+    feed renders again when the pod says so, as for any change the shapes read."""
+    obj = example("services-checks.yaml")
+    spec = parse_spec(obj["spec"])
+    obj["status"] = {"clientStatus": "running", "nodeID": "n1"}
+    pod = running_pod(obj, ready=True)
+    terminating = copy.deepcopy(pod)
+    terminating["metadata"] = {"deletionTimestamp": rfc3339(T0), "deletionGracePeriodSeconds": 30}
+    assert services(obj, spec, pod)
+    assert services(obj, spec, terminating) == []
+    assert pod_view(terminating) != pod_view(pod)
+
+
+def test_check_results_have_nomads_shape() -> None:
+    """Reference 7.2: a 64-hex SHA-256 ID, `Group` holding the allocation *name*, and no
+    `Task` key for a group service's check (`omitempty`)."""
+    obj = example("services-checks.yaml")
+    spec = parse_spec(obj["spec"])
+    obj["status"] = {"clientStatus": "running"}
+    ready = checks(obj, spec, running_pod(obj, ready=True))
+    by_name = {result["Check"]: result for result in ready.values()}
+    assert set(by_name) == {"admin-port", "http-alive"}
+    for key, result in ready.items():
+        assert key == result["ID"] and re.fullmatch(r"[0-9a-f]{64}", key), key
+        assert result["Group"] == "frontend.frontend[0]"
+    assert "Task" not in by_name["admin-port"], "the group service's check"
+    assert by_name["http-alive"]["Task"] == "web"
+    assert set(checks(obj, spec, None)) == set(ready), "IDs are stable across renders"
+
+
+def test_checks_not_run_yet_are_waiting_to_run() -> None:
+    """Before a probe has a result, the check reads as Nomad's initial stub does."""
+    obj = example("services-checks.yaml")
+    spec = parse_spec(obj["spec"])
+    obj["status"] = {"clientStatus": "pending"}
+    for pod in (None, running_pod(obj, ready=False)):
+        results = checks(obj, spec, pod).values()
+        assert results
+        assert {(c["Status"], c["Output"]) for c in results} == {
+            ("pending", "nomad: waiting to run")
+        }

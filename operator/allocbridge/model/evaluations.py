@@ -39,7 +39,7 @@ def evaluation(evaluation_id: str, placed: Sequence[Mapping[str, Any]]) -> Json 
         "ID": evaluation_id,
         "Namespace": first.get("Namespace", ""),
         "Priority": job.get("Priority") or DEFAULT_PRIORITY,
-        "Type": first.get("JobType") or job.get("Type", ""),
+        "Type": job.get("Type", ""),
         "TriggeredBy": _trigger(evaluation_id, first),
         "JobID": first.get("JobID", ""),
         "Status": "complete",

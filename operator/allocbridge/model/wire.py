@@ -4,6 +4,9 @@
 `checks` render the registrations and check results of the allocation's pod. The status keys
 written by `allocbridge.model.status` are camelCase forms of Nomad's names, so turning them back
 is a matter of the first letter; fields Nomad always sends are filled with its zero values.
+
+The full allocation has only fields of Nomad's `Allocation` struct, since list filters run
+against it: `JobType` and `JobVersion` belong to the list stub (`allocbridge.store.stubs`).
 """
 
 from __future__ import annotations
@@ -63,6 +66,8 @@ _DETAIL_KEYS = {
     "message": "message",
 }
 _NAMESPACE = uuid.UUID("6f1c1b7e-9a53-4d4a-8a5e-2b7f0c3d9e11")
+#: The output of Nomad's initial result for a check that has not run yet.
+WAITING_TO_RUN = "nomad: waiting to run"
 
 
 def pascal(name: str) -> str:
@@ -123,9 +128,9 @@ def pod_ip(pod: Mapping[str, Any] | None) -> str:
 
 
 def pod_view(pod: Mapping[str, Any] | None) -> tuple[Any, ...]:
-    """All that the shapes below read from a pod (its address, start time, and each
-    container's readiness and start), so that a pod change outside it needs no new render:
-    most of a starting pod's changes (its binding, conditions) are outside it."""
+    """All that the shapes below read from a pod (its address, start time, whether it is being
+    deleted, and each container's readiness and start), so that a pod change outside it needs
+    no new render: most of a starting pod's changes (its binding, conditions) are outside it."""
     status = (pod or {}).get("status") or {}
     containers = tuple(
         (
@@ -137,7 +142,11 @@ def pod_view(pod: Mapping[str, Any] | None) -> tuple[Any, ...]:
         for key in ("initContainerStatuses", "containerStatuses")
         for c in status.get(key) or []
     )
-    return pod_ip(pod), status.get("startTime"), containers
+    return pod_ip(pod), status.get("startTime"), _deleting(pod), containers
+
+
+def _deleting(obj: Mapping[str, Any] | None) -> bool:
+    return bool(((obj or {}).get("metadata") or {}).get("deletionTimestamp"))
 
 
 def allocation(
@@ -166,8 +175,6 @@ def allocation(
         "NodeID": status.get("nodeID", ""),
         "NodeName": status.get("nodeName", ""),
         "JobID": raw_job.get("id", ""),
-        "JobType": raw_job.get("type", "service"),
-        "JobVersion": int(raw_job.get("version", 0) or 0),
         "TaskGroup": raw_group.get("name", ""),
         "DesiredStatus": status.get("desiredStatus", "run"),
         "DesiredDescription": status.get("desiredDescription", ""),
@@ -244,10 +251,19 @@ def _metrics(raw_job: Mapping[str, Any]) -> Json:
 def services(
     obj: Mapping[str, Any], spec: AllocationSpec | None, pod: Mapping[str, Any] | None
 ) -> list[Json]:
-    """Nomad service registrations: present while the allocation runs and its pod has an IP."""
+    """Nomad service registrations: present while the allocation runs, should run and its pod
+    has an IP. Nomad deregisters when a stop starts, before the shutdown delay and the kill, so
+    a desired status other than `run`, or the Allocation or pod being deleted, ends them."""
     status: Mapping[str, Any] = obj.get("status") or {}
     ip = pod_ip(pod)
-    if spec is None or not ip or status.get("clientStatus") != "running":
+    if (
+        spec is None
+        or not ip
+        or status.get("clientStatus") != "running"
+        or status.get("desiredStatus", "run") != "run"
+        or _deleting(obj)
+        or _deleting(pod)
+    ):
         return []
     meta = obj["metadata"]
     alloc_id = str(meta["uid"])
@@ -283,15 +299,19 @@ def services(
 
 
 def check_id(alloc_id: str, group: str, task: str, service: str, check: str) -> str:
-    """Stable per check, like Nomad's hashed check IDs."""
-    digest = hashlib.sha256(f"{alloc_id}/{group}/{task}/{service}/{check}".encode())
-    return digest.hexdigest()[:32]
+    """Stable per check, and 64 hex digits of SHA-256 like Nomad's (which also hashes the
+    check's definition; an Allocation's spec cannot change)."""
+    return hashlib.sha256(f"{alloc_id}/{group}/{task}/{service}/{check}".encode()).hexdigest()
 
 
 def checks(
     obj: Mapping[str, Any], spec: AllocationSpec | None, pod: Mapping[str, Any] | None
 ) -> dict[str, Json]:
-    """Check results from the pod's readiness probes; checks without a probe stay `pending`."""
+    """Check results from the pod's readiness probes; checks without a probe stay `pending`.
+
+    As in Nomad, `Group` holds the allocation's name (its checks hook passes `alloc.Name`) and
+    `Task` is left out for a group service's check (`omitempty`).
+    """
     if spec is None:
         return {}
     meta = obj["metadata"]
@@ -313,17 +333,19 @@ def checks(
                 container = probes.get((task, service.name, name))
                 status, output, stamp = _probe_result(container, statuses, task_states, now)
                 ident = check_id(alloc_id, spec.task_group.name, task, service.name, name)
-                out[ident] = {
+                result: Json = {
                     "ID": ident,
                     "Check": name,
-                    "Group": spec.task_group.name,
-                    "Task": task,
+                    "Group": spec.alloc_name,
                     "Service": service.name,
                     "Mode": "readiness" if check.on_update == "ignore" else "healthiness",
                     "Status": status,
                     "Output": output,
                     "Timestamp": stamp,
                 }
+                if task:
+                    result["Task"] = task
+                out[ident] = result
     return out
 
 
@@ -338,7 +360,7 @@ def _probe_result(
     found = statuses.get(container)
     running = found is not None and "running" in (found.get("state") or {})
     if found is None or not running:
-        return "pending", "", fallback_time
+        return "pending", WAITING_TO_RUN, fallback_time
     started = parse_time_ns((found.get("state") or {})["running"].get("startedAt")) or 0
     failures = [
         e
@@ -350,4 +372,4 @@ def _probe_result(
     if failures:
         last = failures[-1]
         return "failure", str(last["displayMessage"]), int(last["time"]) // 10**9
-    return "pending", "", started // 10**9
+    return "pending", WAITING_TO_RUN, started // 10**9
