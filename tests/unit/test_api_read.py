@@ -7,9 +7,11 @@ import json
 import statistics
 import time
 from collections.abc import AsyncIterator, Iterable
+from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
 from aiohttp.test_utils import TestClient, TestServer
 from allocations_fixture import SAMPLE, alloc_id, sample_store, stored
 
@@ -24,6 +26,7 @@ from allocbridge.auth import (
     PermissionDeniedError,
 )
 from allocbridge.store import AllocationStore
+from allocbridge.store.feed import render
 from allocbridge.telemetry import Metrics
 
 LOOKUP = "alloc lookup failed: index error: "
@@ -39,6 +42,7 @@ class ScopedAuthorizer:
     def __init__(self, grants: dict[str, set[str]]) -> None:
         self.grants = grants
         self.calls: list[tuple[str | None, str, str]] = []
+        self.candidates: list[frozenset[str]] = []  # what each `allowed_namespaces` weighed
 
     async def check(self, caller: Caller, capability: Capability, namespace: str) -> None:
         self.calls.append((caller.token, capability, namespace))
@@ -56,6 +60,7 @@ class ScopedAuthorizer:
         granted = self.grants.get(caller.token or "")
         if granted is None:
             raise PermissionDeniedError("unknown token")
+        self.candidates.append(frozenset(candidates))
         return frozenset(candidates) & frozenset(granted)
 
 
@@ -173,6 +178,7 @@ async def test_list_prefix_sorts_by_id(client: TestClient[Any, Any]) -> None:
         ),
         ("per_page=abc", "Expect a number for `per_page` query string parameter"),
         ("wait=5&index=1", "Invalid wait time"),
+        ("wait=9999999h&index=1", "Invalid wait time"),
         ("index=abc", "Invalid index"),
         ("stale=maybe", "Expect `true` or `false` for `stale` query string parameter"),
         (
@@ -212,6 +218,33 @@ async def test_list_filter_runs_against_the_full_allocation(client: TestClient[A
     assert len(zero) == 4  # absent zero fields still exist for the filter
     tasks = await (await client.get('/v1/allocations?filter="sidecar" in TaskStates')).json()
     assert [s["ID"] for s in tasks] == [SAMPLE[2][0]]
+
+
+async def test_list_filter_does_not_see_stub_only_fields() -> None:
+    """`JobType` and `JobVersion` are `AllocListStub` fields; Nomad's filter runs on the full
+    `Allocation`, which has neither, so naming one fails as any unknown field does. Fed through
+    the feed's rendering, as the operator's store is."""
+    obj = yaml.safe_load((Path(__file__).parents[2] / "examples" / "web.yaml").read_text())
+    obj["metadata"].update(uid=FIRST, namespace="default", resourceVersion="120")
+    obj["spec"]["job"]["version"] = 4
+    store = AllocationStore()
+    store.replace_all([render(obj, None)], 120)
+    client = await serve(store)
+    try:
+        for field in ("JobType", "JobVersion"):
+            response = await client.get(f'/v1/allocations?filter={field} == "x"')
+            assert (response.status, await response.text()) == (
+                400,
+                f"failed to read result page: error finding value in datum: /{field} at part 0: "
+                f'couldn\'t find key: struct field with name "{field}"',
+            )
+        found = await (await client.get('/v1/allocations?filter=Job.Type == "service"')).json()
+        assert [(s["ID"], s["JobType"], s["JobVersion"]) for s in found] == [(FIRST, "service", 4)]
+        read = await (await client.get(f"/v1/allocation/{FIRST}")).json()
+        assert not {"JobType", "JobVersion"} & set(read)
+        assert (read["Job"]["Type"], read["Job"]["Version"]) == ("service", 4)
+    finally:
+        await client.close()
 
 
 async def test_list_field_selection(client: TestClient[Any, Any]) -> None:
@@ -578,6 +611,72 @@ async def test_every_namespace_shows_only_readable_ones() -> None:
         await client.close()
 
 
+async def test_every_namespace_block_shows_a_namespace_created_while_it_waits(
+    store: AllocationStore,
+) -> None:
+    authorizer = ScopedAuthorizer({"a-and-b": {"team-a", "team-b"}, "a": {"team-a"}})
+    client = await serve(store, authorizer)
+    try:
+        current = store.index
+        path = f"/v1/allocations?namespace=*&index={current}&wait=10s"
+        both = asyncio.create_task(client.get(path, headers={"X-Nomad-Token": "a-and-b"}))
+        only_a = asyncio.create_task(client.get(path, headers={"X-Nomad-Token": "a"}))
+        await asyncio.sleep(0.1)
+        assert store.parked == 2
+        assert set(authorizer.candidates) == {frozenset({"default", "team-a"})}
+        newcomer = stored(alloc_id(90), namespace="team-b", create_index=current + 5)
+        store.upsert(newcomer)  # the first allocation in team-b
+        for request, readable in ((both, {"team-a", "team-b"}), (only_a, {"team-a"})):
+            response = await asyncio.wait_for(request, 2)
+            assert response.headers["X-Nomad-Index"] == str(current + 5)
+            body = await response.json()
+            assert {stub["Namespace"] for stub in body} == readable
+            assert (newcomer.id in {stub["ID"] for stub in body}) == ("team-b" in readable)
+        # Only the new namespace was weighed again, once per request.
+        assert authorizer.candidates[2:] == [frozenset({"team-b"})] * 2
+    finally:
+        await client.close()
+
+
+class PausingAuthorizer(ScopedAuthorizer):
+    """Its first `allowed_namespaces` waits for `release`, so a test can change the store then."""
+
+    def __init__(self, grants: dict[str, set[str]]) -> None:
+        super().__init__(grants)
+        self.asked = asyncio.Event()
+        self.release = asyncio.Event()
+
+    async def allowed_namespaces(
+        self, caller: Caller, capability: Capability, candidates: Iterable[str]
+    ) -> frozenset[str] | None:
+        if not self.asked.is_set():
+            self.asked.set()
+            await self.release.wait()
+        return await super().allowed_namespaces(caller, capability, candidates)
+
+
+async def test_every_namespace_weighs_a_namespace_created_while_it_authorizes(
+    store: AllocationStore,
+) -> None:
+    authorizer = PausingAuthorizer({"a-and-b": {"team-a", "team-b"}})
+    client = await serve(store, authorizer)
+    try:
+        request = asyncio.create_task(
+            client.get("/v1/allocations?namespace=*", headers={"X-Nomad-Token": "a-and-b"})
+        )
+        await asyncio.wait_for(authorizer.asked.wait(), 2)
+        newcomer = stored(alloc_id(91), namespace="team-b", create_index=store.index + 1)
+        store.upsert(newcomer)
+        authorizer.release.set()
+        response = await asyncio.wait_for(request, 2)
+        assert response.headers["X-Nomad-Index"] == str(store.index)
+        body = await response.json()
+        assert newcomer.id in {stub["ID"] for stub in body}
+        assert {stub["Namespace"] for stub in body} == {"team-a", "team-b"}
+    finally:
+        await client.close()
+
+
 # -- start-up -----------------------------------------------------------------------------------
 
 
@@ -591,6 +690,26 @@ async def test_an_unsynced_store_answers_503_after_waiting() -> None:
         await asyncio.sleep(0.01)
         store.replace_all([], 5)
         assert (await asyncio.wait_for(waiting, 1)).status == 200
+    finally:
+        await client.close()
+
+
+async def test_every_namespace_with_a_scoped_token_waits_for_the_first_full_list() -> None:
+    store = AllocationStore()
+    client = await serve(store, ScopedAuthorizer({"a": {"team-a"}}), sync_timeout=0.05)
+    path, headers = "/v1/allocations?namespace=*", {"X-Nomad-Token": "a"}
+    try:
+        response = await client.get(path, headers=headers)
+        assert (response.status, await response.text()) == (503, "No cluster leader")
+        waiting = asyncio.create_task(client.get(path, headers=headers))
+        await asyncio.sleep(0.01)
+        store.replace_all([stored(ident, **options) for ident, options in SAMPLE], 120)
+        response = await asyncio.wait_for(waiting, 1)
+        assert response.status == 200
+        assert response.headers["X-Nomad-Index"] == "120"
+        assert {stub["ID"] for stub in await response.json()} == {
+            ident for ident, options in SAMPLE if options.get("namespace") == "team-a"
+        }
     finally:
         await client.close()
 

@@ -99,6 +99,7 @@ def test_reverse_is_only_the_exact_word_true(value: str, expected: bool) -> None
         ("10m", 300.0),
         ("0", 300.0),  # zero means the default
         ("-5s", 300.0),  # so does a negative wait
+        ("2562047h", 300.0),  # the largest hours Go's time.Duration holds: capped
     ],
 )
 def test_wait_defaults_and_cap(value: str, seconds: float) -> None:
@@ -128,6 +129,8 @@ def test_per_page_bounds() -> None:
         ((("wait", "5"),), "Invalid wait time"),
         ((("wait", "5 m"),), "Invalid wait time"),
         ((("wait", "\u0665s"),), "Invalid wait time"),
+        ((("wait", "9999999h"),), "Invalid wait time"),  # beyond Go's time.Duration
+        ((("wait", "9223372036854775808ns"),), "Invalid wait time"),
         ((("index", "-1"),), "Invalid index"),
         ((("index", "+1"),), "Invalid index"),
         ((("index", "x"),), "Invalid index"),

@@ -3,7 +3,9 @@
 Order of checks, as in Nomad: query options, then `resources`/`task_states`, then the ACL,
 then the prefix, then the filter's syntax; filter evaluation errors surface while the page is
 read. With `namespace=*`, the caller needs `read-job` somewhere and sees only the namespaces
-where it has it (possibly none: `[]`, not 403).
+where it has it (possibly none: `[]`, not 403). As in Nomad, that set is taken when the query
+runs: from the synced store, and again for namespaces that appear while a blocking query waits,
+so an answer never leaves out an allocation its index covers.
 
 Deviation: the namespace ACL is applied before the filter (Nomad filters first), so a filter
 never runs on, nor fails because of, an allocation the caller may not read.
@@ -11,8 +13,8 @@ never runs on, nor fails because of, an allocation the caller may not read.
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from typing import Final
+from collections.abc import Callable, Mapping
+from typing import Any, Final
 
 from aiohttp import web
 
@@ -23,11 +25,12 @@ from allocbridge.api.ids import parse_prefix
 from allocbridge.api.query import StubFields, parse_query, parse_stub_fields
 from allocbridge.api.render import json_response, meta_headers, render
 from allocbridge.api.routing import Endpoint
-from allocbridge.auth import ALL_NAMESPACES, READ_JOB
+from allocbridge.auth import ALL_NAMESPACES, READ_JOB, Authorizer, Caller
 from allocbridge.model.filter import FilterEvaluationError, FilterSyntaxError, compile_filter
-from allocbridge.store import Page, StoredAllocation, list_page, stub_jsons
+from allocbridge.store import AllocationStore, Page, StoredAllocation, list_page, stub_jsons
 
 Predicate = Callable[[StoredAllocation], bool]
+Matcher = Callable[[Mapping[str, Any]], bool]  # a compiled filter, on an allocation's datum
 
 #: Bodies larger than this go out in pieces of about this size (see `_send_stubs`).
 STREAM_BYTES: Final = 1 << 20
@@ -39,18 +42,15 @@ async def list_allocations(request: web.Request) -> web.StreamResponse:
     ctx = context(request)
     who = caller(request)
     await ctx.authorizer.check(who, READ_JOB, query.namespace)
-    every_namespace = query.namespace == ALL_NAMESPACES
-    allowed = (
-        await ctx.authorizer.allowed_namespaces(who, READ_JOB, ctx.store.namespaces())
-        if every_namespace
-        else None
-    )
     prefix = parse_prefix(query.prefix) if query.prefix else None
-    accept = _predicate(query.filter, allowed)
+    matches = _compile(query.filter)
     store = await synced_store(ctx)
+    every_namespace = query.namespace == ALL_NAMESPACES
+    readable = _ReadableNamespaces(ctx.authorizer, who, store) if every_namespace else None
     namespace = None if every_namespace else query.namespace
 
     def run() -> tuple[int, Page[StoredAllocation]]:
+        accept = _predicate(matches, None if readable is None else readable.allowed)
         page = list_page(
             store,
             namespace=namespace,
@@ -63,7 +63,9 @@ async def list_allocations(request: web.Request) -> web.StreamResponse:
         return store.index, page
 
     try:
-        index, page = await blocking_query(store, query, run)
+        index, page = await blocking_query(
+            store, query, run, prepare=None if readable is None else readable.update
+        )
     except FilterEvaluationError as exc:
         raise ApiError(400, f"failed to read result page: {exc}") from exc
     headers = meta_headers(index, next_token=page.next_token)
@@ -73,16 +75,46 @@ async def list_allocations(request: web.Request) -> web.StreamResponse:
     return await _send_stubs(request, stubs, headers)
 
 
-def _predicate(expression: str, allowed: frozenset[str] | None) -> Predicate | None:
+class _ReadableNamespaces:
+    """The namespaces a `namespace=*` list may show.
+
+    Each namespace is weighed once per request, when it first holds an allocation: a blocking
+    query wakes on every change, and asking the authorizer again each time would only repeat
+    answers it already gave.
+    """
+
+    def __init__(self, authorizer: Authorizer, who: Caller, store: AllocationStore) -> None:
+        self.authorizer = authorizer
+        self.who = who
+        self.store = store
+        self.weighed: frozenset[str] = frozenset()
+        self.allowed: frozenset[str] | None = frozenset()  # None: every namespace
+
+    async def update(self) -> None:
+        """Weigh the store's namespaces not weighed yet, until none new appeared meanwhile,
+        so a run that follows without awaiting finds every namespace weighed."""
+        allowed = self.allowed
+        while allowed is not None and (new := self.store.namespaces() - self.weighed):
+            granted = await self.authorizer.allowed_namespaces(self.who, READ_JOB, new)
+            self.weighed |= new
+            allowed = None if granted is None else allowed | granted
+            self.allowed = allowed
+
+
+def _compile(expression: str) -> Matcher | None:
+    """The filter, compiled once per request; a syntax error is Nomad's 400."""
+    if not expression:
+        return None
+    try:
+        return compile_filter(expression).matches
+    except FilterSyntaxError as exc:
+        raise ApiError(
+            400, f"failed to create result paginator: failed to read filter expression: {exc}"
+        ) from exc
+
+
+def _predicate(matches: Matcher | None, allowed: frozenset[str] | None) -> Predicate | None:
     """The per-allocation test: namespace ACL first, then the filter; None when neither."""
-    matches = None
-    if expression:
-        try:
-            matches = compile_filter(expression).matches
-        except FilterSyntaxError as exc:
-            raise ApiError(
-                400, f"failed to create result paginator: failed to read filter expression: {exc}"
-            ) from exc
     if allowed is None:
         if matches is None:
             return None

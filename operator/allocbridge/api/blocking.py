@@ -6,14 +6,17 @@ When `wait` (plus up to wait/16 of random jitter, so parked clients do not retur
 runs out, the current result is the answer: 200, never an error. Shutdown releases everyone
 at once with their current result.
 
-The query runs synchronously between awaits, so it always sees one consistent store.
+The query runs synchronously between awaits, so it always sees one consistent store. What it
+needs that takes awaiting (authorizing namespaces that appeared in the store) goes in
+`prepare`, awaited before every run; the run follows it with no await between, so it sees the
+store `prepare` left complete.
 """
 
 from __future__ import annotations
 
 import asyncio
 import random
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from typing import Final, TypeVar
 
 from allocbridge.api.query import QueryOptions
@@ -30,10 +33,13 @@ async def blocking_query(
     query: QueryOptions,
     run: Callable[[], tuple[int, T]],
     *,
+    prepare: Callable[[], Awaitable[None]] | None = None,
     jitter: Callable[[], float] = random.random,
 ) -> tuple[int, T]:
     """`run()` returns `(index, result)`; returns the first pair with index above the query's,
-    or the last one when the wait runs out."""
+    or the last one when the wait runs out. `prepare()`, if given, is awaited before each run."""
+    if prepare is not None:
+        await prepare()
     seen = store.index
     index, result = run()
     if not query.blocking or index > query.index:
@@ -46,6 +52,8 @@ async def blocking_query(
             break
         if await store.wait_for_index(seen, remaining) <= seen:
             break  # timed out (or shut down) without a change
+        if prepare is not None:
+            await prepare()
         seen = store.index
         index, result = run()
     return index, result

@@ -3,23 +3,31 @@
 Nomad's `wait` query parameter uses Go's `time.ParseDuration`; Boundary's
 `graceful_shutdown_wait_duration` uses `parseutil.ParseDurationSecond`, which also takes a bare
 integer as seconds and `Nd` as whole days. Both are here so config and the API agree.
+
+`parse_go_duration_ns` is Go's algorithm step for step, in integer nanoseconds: a value must
+fit Go's `time.Duration` (int64 nanoseconds, about 292 years), so `9999999h` is invalid as in
+Go, not a long wait; fractions below a nanosecond are dropped, as Go drops them.
 """
 
 from __future__ import annotations
 
 import re
+from typing import Final
 
-_UNITS = {
-    "ns": 1e-9,
-    "us": 1e-6,
-    "µs": 1e-6,  # Go accepts the micro sign and the Greek mu
-    "μs": 1e-6,
-    "ms": 1e-3,
-    "s": 1.0,
-    "m": 60.0,
-    "h": 3600.0,
+NS_PER_SECOND: Final = 1_000_000_000
+_UNITS: Final = {
+    "ns": 1,
+    "us": 1_000,
+    "\u00b5s": 1_000,  # Go accepts the micro sign and the Greek mu
+    "\u03bcs": 1_000,
+    "ms": 1_000_000,
+    "s": NS_PER_SECOND,
+    "m": 60 * NS_PER_SECOND,
+    "h": 3600 * NS_PER_SECOND,
 }
-_PART = re.compile(r"(\d+(?:\.\d*)?|\.\d+)(ns|us|µs|μs|ms|s|m|h)")
+_LIMIT: Final = 1 << 63  # Go's bound on the magnitude while parsing; positive ends one below
+_DIGITS: Final = re.compile(r"[0-9]*")
+_UNIT: Final = re.compile(r"[^.0-9]*")
 
 
 class DurationError(ValueError):
@@ -28,26 +36,93 @@ class DurationError(ValueError):
 
 def parse_go_duration(text: str) -> float:
     """Seconds in a Go duration such as `10s`, `1m30s`, `1500ms`, `-2h` or `0`."""
+    return parse_go_duration_ns(text) / NS_PER_SECOND
+
+
+def parse_go_duration_ns(text: str) -> int:
+    """Nanoseconds in a Go duration, exactly as Go's `time.ParseDuration` computes them."""
+    invalid = DurationError(f"invalid duration {text!r}")
     s = text
-    sign = 1.0
-    if s[:1] in "+-" and s:
-        sign = -1.0 if s[0] == "-" else 1.0
+    negative = False
+    if s[:1] in ("+", "-"):
+        negative = s[0] == "-"
         s = s[1:]
     if s == "0":
-        return 0.0
+        return 0
     if not s:
-        raise DurationError(f"invalid duration {text!r}")
-    total = 0.0
+        raise invalid
+    total = 0
     pos = 0
     while pos < len(s):
-        match = _PART.match(s, pos)
-        if match is None:
-            if re.match(r"(\d+(?:\.\d*)?|\.\d+)$", s[pos:]):
-                raise DurationError(f"missing unit in duration {text!r}")
-            raise DurationError(f"invalid duration {text!r}")
-        total += float(match.group(1)) * _UNITS[match.group(2)]
-        pos = match.end()
-    return sign * total
+        if not (s[pos] == "." or "0" <= s[pos] <= "9"):
+            raise invalid
+        whole_digits = _leading(_DIGITS, s, pos)
+        pos += len(whole_digits)
+        whole = _whole(whole_digits)
+        if whole is None:
+            raise invalid
+        fraction, scale, fraction_digits = 0, 1.0, ""
+        if s[pos : pos + 1] == ".":
+            fraction_digits = _leading(_DIGITS, s, pos + 1)
+            pos += 1 + len(fraction_digits)
+            fraction, scale = _fraction(fraction_digits)
+        if not whole_digits and not fraction_digits:
+            raise invalid  # no digits, as in `.s`
+        name = _leading(_UNIT, s, pos)
+        pos += len(name)
+        if not name:
+            raise DurationError(f"missing unit in duration {text!r}")
+        unit = _UNITS.get(name)
+        if unit is None:
+            raise DurationError(f"unknown unit {name!r} in duration {text!r}")
+        if whole > _LIMIT // unit:
+            raise invalid
+        value = whole * unit
+        if fraction > 0:
+            # Go's float64 step, nanosecond-exact for fractions of an hour.
+            value += int(float(fraction) * (float(unit) / scale))
+            if value > _LIMIT:
+                raise invalid
+        total += value
+        if total > _LIMIT:
+            raise invalid
+    if negative:
+        return -total
+    if total > _LIMIT - 1:
+        raise invalid
+    return total
+
+
+def _leading(pattern: re.Pattern[str], s: str, pos: int) -> str:
+    """The run of `pattern` at `pos`, possibly empty."""
+    match = pattern.match(s, pos)
+    return match.group() if match else ""
+
+
+def _whole(digits: str) -> int | None:
+    """Go's `leadingInt`: the digits' value; None once it passes 2^63."""
+    value = 0
+    for digit in digits:
+        if value > _LIMIT // 10:
+            return None
+        value = value * 10 + int(digit)
+        if value > _LIMIT:
+            return None
+    return value
+
+
+def _fraction(digits: str) -> tuple[int, float]:
+    """Go's `leadingFraction`: the digits and their scale, ignoring those past int64's room."""
+    value, scale = 0, 1.0
+    for digit in digits:
+        if value > (_LIMIT - 1) // 10:
+            break
+        following = value * 10 + int(digit)
+        if following > _LIMIT:
+            break
+        value = following
+        scale *= 10
+    return value, scale
 
 
 def parse_duration_second(value: str | int | float) -> float:
