@@ -130,3 +130,20 @@ async def test_a_bookmark_moves_no_index_and_wakes_no_parked_query(
     status["status"] = {"clientStatus": "running"}
     feed._change(Changed("MODIFIED", status, 501))
     assert await asyncio.wait_for(parked, 1.0) == 501
+
+
+async def test_a_pod_change_the_api_shows_moves_the_allocations_modify_index(
+    api: client.ApiClient,
+) -> None:
+    """As a client's update does in Nomad: a blocking read of the allocation, which waits on
+    its ModifyIndex, must wake when its address changes."""
+    feed, store = synced_feed(api)
+    feed._change(Changed("ADDED", example(generation=1, version=120), 120))
+    seen = store.get(UID)
+    assert seen is not None and seen.modify_index == 120
+    feed._change(Changed("ADDED", pod(121, phase="Running", podIP="10.0.0.9"), 121))
+    moved = store.get(UID)
+    assert moved is not None and moved.modify_index == 121
+    assert moved.wire["ModifyIndex"] == moved.stub["ModifyIndex"] == 121
+    assert moved.wire["NetworkStatus"]["Address"] == "10.0.0.9"
+    assert moved.wire["AllocModifyIndex"] == seen.wire["AllocModifyIndex"]

@@ -3,8 +3,7 @@
 Nomad's namespace rule: the caller needs `read-job` on the *request* namespace (`namespace`,
 default `default`), and an allocation in another namespace is `allocation not found`, so a
 non-default namespace must be named. The index is the store's (at least 1), as Nomad uses its
-registrations table index: registrations also change with the pod (its address), which does
-not move the allocation's ModifyIndex.
+registrations table index.
 """
 
 from __future__ import annotations

@@ -160,6 +160,10 @@ def allocation(
     namespace = str(meta.get("namespace", "default"))
     modify_index = int(meta.get("resourceVersion", 0))
     create_index = int(status.get("createIndex") or modify_index)
+    if pod is not None:
+        # The pod's changes that show here (its address, its containers' readiness) are what
+        # a Nomad client's updates are, and those move ModifyIndex: a blocking read waits on it.
+        modify_index = max(modify_index, int((pod.get("metadata") or {}).get("resourceVersion", 0)))
     create_time = int(status.get("createTime") or parse_time_ns(meta.get("creationTimestamp")) or 0)
     raw_job = raw_spec.get("job") or {}
     raw_group = raw_spec.get("taskGroup") or {}
