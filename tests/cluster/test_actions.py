@@ -12,7 +12,14 @@ import time
 from typing import Any
 
 import pytest
-from running_operator import Operator, eventually, http, quick_allocation
+from running_operator import (
+    FAST_RESTARTS,
+    Operator,
+    allocation_manifest,
+    eventually,
+    http,
+    quick_allocation,
+)
 
 pytestmark = pytest.mark.cluster
 
@@ -280,6 +287,42 @@ def test_restart_a_task_in_place_without_using_the_restart_policy(
     assert kinds[-4:] == ["Restart Signaled", "Terminated", "Restarting", "Started"]
     state = status(kubectl, namespace, "rs")
     assert state["clientStatus"] == "running" and state["taskStates"]["main"]["lastRestart"]
+
+
+def test_restarting_a_batch_task_that_exits_0_runs_it_again(
+    operator: Operator, cluster: Any, kubectl: Any, namespace: str
+) -> None:
+    """Under OnFailure the kubelet leaves a container that exited 0 stopped; the exit after a
+    user restart is that restart, so the task runs again in a new pod, not completes."""
+    task = {"name": "main", "driver": "docker", "config": {"image": "x"}, "killTimeout": "2s"}
+    body = allocation_manifest(
+        "once", namespace, job_type="batch", restart=FAST_RESTARTS, tasks=[task]
+    )
+    uid = running(kubectl, operator, namespace, body)
+    first_pod = kubectl.json("get", "pod", "once", "-n", namespace)["metadata"]["uid"]
+    cluster.set_handled_signals(namespace, "once", "main", ["TERM"])  # it cleans up, then exits 0
+    assert post(operator, f"/v1/client/allocation/{uid}/restart", {"TaskName": "main"}) == (200, {})
+    cluster.container_exit(namespace, "once", "main", 0)
+
+    def restarted() -> bool:
+        state = status(kubectl, namespace, "once")
+        task = state["taskStates"]["main"]
+        pod = kubectl.json("get", "pod", "once", "-n", namespace)["metadata"]["uid"]
+        return bool(
+            task["restarts"] == 1
+            and task["state"] == "running"
+            and state["clientStatus"] == "running"
+            and pod != first_pod
+        )
+
+    eventually(restarted, what="the task to run again in a new pod")
+    kinds = events(kubectl, namespace, "once", "main")
+    assert kinds[-4:] == ["Restart Signaled", "Terminated", "Restarting", "Started"]
+    time.sleep(2.5)  # past the kill timeout: the exit was seen, so no SIGKILL follows
+    assert "Killing" not in events(kubectl, namespace, "once", "main")
+    assert "KILL" not in [r.signal for r in cluster.signals(namespace, "once", "main")]
+    state = status(kubectl, namespace, "once")
+    assert state["clientStatus"] == "running" and state["taskStates"]["main"]["restarts"] == 1
 
 
 def test_restart_all_tasks_runs_prestart_tasks_again(

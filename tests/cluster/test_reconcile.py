@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import subprocess
 import threading
+import time
 from pathlib import Path
 from typing import Any
 
@@ -223,6 +224,72 @@ def test_dead_leader_stops_its_siblings(
     state = wait_status(kubectl, namespace, "led", "complete")
     assert "Leader Task Dead" in event_types(state, "helper")
     assert state["taskStates"]["helper"]["state"] == "dead"
+
+
+def test_batch_with_a_poststart_sidecar_completes_with_its_main_task(
+    operator: Operator, cluster: Any, kubectl: Any, namespace: str
+) -> None:
+    tasks: list[dict[str, Any]] = [
+        {"name": "main", "driver": "docker", "config": {"image": "a"}},
+        {
+            "name": "proxy",
+            "driver": "docker",
+            "config": {"image": "b"},
+            "lifecycle": {"hook": "poststart", "sidecar": True},
+        },
+    ]
+    kubectl.apply(alloc_manifest("sided", namespace, job_type="batch", tasks=tasks))
+    wait_status(kubectl, namespace, "sided", "running")
+    cluster.container_exit(namespace, "sided", "main", 0)
+    state = wait_status(kubectl, namespace, "sided", "complete")
+    proxy = state["taskStates"]["proxy"]
+    assert proxy["state"] == "dead" and proxy["failed"] is False
+    assert event_types(state, "proxy")[-2:] == ["Killing", "Killed"]
+    assert proxy["events"][-2]["killReason"] == "Main tasks in the group died"
+    eventually(lambda: not pods_of(kubectl, namespace), what="the sidecar's pod to be deleted")
+
+
+def test_a_run_once_poststart_task_completes_in_a_service(
+    operator: Operator, cluster: Any, kubectl: Any, namespace: str
+) -> None:
+    """Under Always the kubelet runs the poststart container again after its exit 0; those
+    runs are not restarts, and the restart policy (one attempt here) is not spent on them."""
+    restart = {"attempts": 1, "interval": "10m", "delay": "1s", "mode": "fail"}
+    tasks: list[dict[str, Any]] = [
+        {"name": "main", "driver": "docker", "config": {"image": "a"}},
+        {
+            "name": "announce",
+            "driver": "docker",
+            "config": {"image": "b"},
+            "lifecycle": {"hook": "poststart"},
+        },
+    ]
+    kubectl.apply(alloc_manifest("announced", namespace, restart=restart, tasks=tasks))
+    wait_status(kubectl, namespace, "announced", "running")
+    for count in (1, 2, 3):
+        cluster.container_exit(namespace, "announced", "announce", 0)
+
+        def rerun(c: int = count) -> bool:
+            pod = kubectl.json("get", "pod", "announced", "-n", namespace)
+            found = [s for s in pod["status"]["containerStatuses"] if s["name"] == "announce"]
+            return bool(found and found[0]["restartCount"] == c and "running" in found[0]["state"])
+
+        eventually(rerun, what=f"the kubelet's rerun {count}")
+    state = eventually(
+        lambda: (
+            (s := status(kubectl, namespace, "announced"))["taskStates"]["announce"]["state"]
+            == "dead"
+            and s
+        ),
+        what="the poststart task to be complete",
+    )
+    time.sleep(1)  # the reruns' passes have run
+    state = status(kubectl, namespace, "announced")
+    announce = state["taskStates"]["announce"]
+    assert announce["failed"] is False and announce["restarts"] == 0
+    assert "Not Restarting" not in event_types(state, "announce")
+    assert state["clientStatus"] == "running"
+    assert len(pods_of(kubectl, namespace)) == 1
 
 
 def test_unknown_driver_fails_validation(operator: Operator, kubectl: Any, namespace: str) -> None:

@@ -1,8 +1,19 @@
-"""The draining state machine behind `/health`."""
+"""The draining state machine behind `/health`; and the restart action's follow-up (the
+SIGKILL after the kill timeout, `allocbridge.actions.lifecycle`), with the cluster faked."""
 
 from __future__ import annotations
 
+import asyncio
+from typing import Any, cast
+
+import pytest
+from kubernetes_asyncio import client
+
+from allocbridge.actions.lifecycle import ActionError, Actions, Mutation, Target
+from allocbridge.cluster.resources import Json, Kube
 from allocbridge.lifecycle import Lifecycle, Next, Phase, Upstream
+from allocbridge.model import pid1 as pid1_rules
+from allocbridge.model.spec import AllocationSpec, parse_spec
 
 
 def test_starting_replica_is_unhealthy_until_serving() -> None:
@@ -74,3 +85,117 @@ def test_worker_info_shape() -> None:
             "upstream_connection_state": "TRANSIENT_FAILURE",
         }
     }
+
+
+# -- restart: the SIGKILL after the kill timeout ---------------------------------------------
+
+TARGET = Target("ns", "job", "alloc-uid")
+TINI = pid1_rules.Pid1("tini", frozenset(), frozenset({pid1_rules.SIGTERM}), (7,))
+
+
+def container_pod(uid: str, state: dict[str, Any], restarts: int = 0) -> Json:
+    status = {"name": "main", "restartCount": restarts, "state": state}
+    return {"metadata": {"uid": uid}, "status": {"containerStatuses": [status]}}
+
+
+RUNNING = {"running": {"startedAt": "2026-01-01T00:00:00Z"}}
+
+
+class FakeKube:
+    """The pod as the kubelet shows it: `after_term` once the SIGTERM went out."""
+
+    def __init__(self, after_term: Json | None) -> None:
+        self.pod: Json | None = container_pod("p1", RUNNING)
+        self.after_term = after_term
+
+    async def get_pod(self, _namespace: str, _name: str) -> Json | None:
+        return self.pod
+
+
+class FakeActions(Actions):
+    """The restart action against an allocation held in memory."""
+
+    def __init__(self, kube: FakeKube, *, refuse_term: bool = False) -> None:
+        super().__init__(cast(Kube, kube), cast(client.Configuration, None))
+        self.fake = kube
+        self.refuse_term = refuse_term
+        self.status: Json = {
+            "clientStatus": "running",
+            "taskStates": {"main": {"state": "running", "events": []}},
+        }
+        self.sent: list[str] = []
+        self.spec: AllocationSpec = parse_spec(
+            {
+                "job": {"id": "job", "type": "batch"},
+                "taskGroup": {"name": "g"},
+                "tasks": [
+                    {
+                        "name": "main",
+                        "driver": "docker",
+                        "config": {"image": "x"},
+                        "killTimeout": "10ms",
+                    }
+                ],
+            }
+        )
+
+    async def load(self, target: Target) -> tuple[Json, AllocationSpec]:
+        return {"metadata": {"uid": target.alloc_id}, "status": self.status}, self.spec
+
+    async def update(self, target: Target, mutate: Mutation) -> Json:
+        obj, _ = await self.load(target)
+        mutate(self.status, obj)
+        return obj
+
+    async def pid1(self, target: Target, task: str) -> pid1_rules.Pid1:
+        return TINI
+
+    async def kill(self, target: Target, task: str, signal: str, where: str) -> None:
+        if signal == "SIGTERM" and self.refuse_term:
+            raise ActionError(500, 'kill -TERM -- 1 in task "main" failed: no such process')
+        self.sent.append(f"{signal} {where}")
+        if signal == "SIGTERM":
+            self.fake.pod = self.fake.after_term
+
+    def events(self) -> list[str]:
+        return [e["type"] for e in self.status["taskStates"]["main"]["events"]]
+
+
+async def restart(actions: FakeActions) -> None:
+    await actions.restart(TARGET, "main", all_tasks=False)
+    await asyncio.gather(*actions.escalations)
+
+
+@pytest.mark.parametrize(
+    "after_term",
+    [
+        pytest.param(
+            container_pod("p1", {"terminated": {"exitCode": 0}}), id="exited-0-stays-stopped"
+        ),
+        pytest.param(container_pod("p1", RUNNING, restarts=1), id="restarted-in-place-at-once"),
+        pytest.param(container_pod("p2", RUNNING), id="pod-replaced"),
+        pytest.param(None, id="pod-gone"),
+    ],
+)
+async def test_no_sigkill_once_the_signalled_run_has_ended(after_term: Json | None) -> None:
+    actions = FakeActions(FakeKube(after_term))
+    await restart(actions)
+    assert actions.sent == ["SIGTERM 1"]
+    assert actions.events() == ["Restart Signaled"]
+    assert "recreatePod" not in actions.status
+
+
+async def test_a_run_still_going_after_the_kill_timeout_gets_sigkill() -> None:
+    actions = FakeActions(FakeKube(container_pod("p1", RUNNING)))
+    await restart(actions)
+    assert actions.sent == ["SIGTERM 1", "SIGKILL -1"]
+    assert actions.events() == ["Restart Signaled", "Killing"]
+
+
+async def test_a_sigterm_not_sent_takes_its_restart_back() -> None:
+    """Else the task's next exit, a batch task's completion say, would count as a restart."""
+    actions = FakeActions(FakeKube(None), refuse_term=True)
+    with pytest.raises(ActionError):
+        await restart(actions)
+    assert actions.status["observed"]["main"]["userRestarts"] == 0
+    assert not actions.escalations

@@ -4,8 +4,11 @@ from __future__ import annotations
 
 from typing import Any
 
+import pytest
+
 from allocbridge.model.spec import AllocationSpec, parse_spec
 from allocbridge.model.status import KubeEvent, derive, rfc3339, validation_failed
+from allocbridge.reconcile.allocations import urgent
 
 NS = 1_000_000_000
 T0 = 1_800_000_000 * NS
@@ -320,3 +323,306 @@ def test_new_pod_starting_in_the_same_second_is_seen_after_a_full_restart() -> N
     stored["podCreated"] = True
     again = derive(spec(), stored, pod([running("server", T0)]), T0 + NS // 2)
     assert again.status["taskStates"]["server"]["state"] == "running"
+
+
+# -- restarts, lifecycle tasks and stops, as a kubelet reports them --------------------------
+
+
+def batch_pod(
+    containers: list[dict[str, Any]],
+    phase: str = "Running",
+    init: list[dict[str, Any]] | None = None,
+) -> dict[str, Any]:
+    return pod(containers, phase=phase, policy="OnFailure", init=init)
+
+
+def user_restart_pending(status: dict[str, Any], task: str) -> dict[str, Any]:
+    """What `Actions.restart` writes before it sends SIGTERM."""
+    status = {**status, "observed": {**status.get("observed", {})}}
+    seen = dict(status["observed"].get(task, {}))
+    seen["userRestarts"] = int(seen.get("userRestarts", 0)) + 1
+    status["observed"][task] = seen
+    return status
+
+
+def test_user_restart_of_a_batch_task_that_exits_0_restarts_it_in_a_new_pod() -> None:
+    """Under OnFailure the kubelet leaves a container that exited 0 alone: the exit that follows
+    a user restart is that restart (Nomad restarts whatever the code), so the pod is replaced."""
+    batch = spec("batch")
+    s = derive(batch, {"podCreated": True}, batch_pod([running("server", T0)]), T0).status
+    s = user_restart_pending(s, "server")
+    done = batch_pod([terminated("server", 0, T0 + 2 * NS)], phase="Succeeded")
+    decision = derive(batch, s, done, T0 + 3 * NS)
+    state = decision.status["taskStates"]["server"]
+    assert decision.status["clientStatus"] != "complete"
+    assert types(decision.status, "server")[-2:] == ["Terminated", "Restarting"]
+    assert state["events"][-1]["restartReason"] == "User requested restart"
+    assert state["restarts"] == 1 and state["state"] == "pending" and not state["failed"]
+    assert decision.delete_pod, "the kubelet will not run it again: replace the pod"
+    assert decision.status["observed"]["server"].get("userRestarts", 0) == 0
+    # The old pod is still terminating: nothing is counted twice.
+    again = derive(batch, decision.status, done, T0 + 4 * NS)
+    assert again.status["taskStates"]["server"]["restarts"] == 1
+    assert again.status["clientStatus"] != "complete"
+    # Gone: a new pod, and the restart already counted is not counted again.
+    gone = derive(batch, again.status, None, T0 + 5 * NS)
+    assert gone.create_pod
+    assert gone.status["taskStates"]["server"]["restarts"] == 1
+    gone.status["podCreated"] = True
+    new = derive(batch, gone.status, batch_pod([running("server", T0 + 6 * NS)]), T0 + 6 * NS)
+    assert new.status["clientStatus"] == "running"
+    assert types(new.status, "server")[-3:] == ["Terminated", "Restarting", "Started"]
+
+
+def test_the_new_pod_of_a_batch_restart_restarts_the_siblings_too() -> None:
+    """A pod cannot keep some containers: the siblings are killed with it and start over."""
+    two = spec(
+        "batch",
+        tasks=[
+            {"name": "a", "driver": "docker", "config": {"image": "a"}},
+            {"name": "b", "driver": "docker", "config": {"image": "b"}},
+        ],
+    )
+    both = batch_pod([running("a", T0), running("b", T0)])
+    s = derive(two, {"podCreated": True}, both, T0).status
+    s = user_restart_pending(s, "a")
+    s = derive(two, s, batch_pod([terminated("a", 0, T0 + NS), running("b", T0)]), T0 + NS).status
+    assert s["recreatePod"] and s["taskStates"]["b"]["state"] == "running"
+    s = derive(two, s, batch_pod([terminated("a", 0, T0 + NS), running("b", T0)]), T0 + NS).status
+    assert s["recreateKillSent"]
+    killed = batch_pod([terminated("a", 0, T0 + NS), terminated("b", 143, T0 + 2 * NS)])
+    s = derive(two, s, killed, T0 + 2 * NS).status
+    assert s["clientStatus"] != "failed", "the kill of the old pod is no failure"
+    gone = derive(two, s, None, T0 + 3 * NS)
+    assert gone.create_pod
+    states = gone.status["taskStates"]
+    assert [states[t]["restarts"] for t in ("a", "b")] == [1, 1]
+    assert types(gone.status, "a")[-2:] == ["Terminated", "Restarting"]
+    assert types(gone.status, "b")[-2:] == ["Terminated", "Restarting"]
+    assert states["b"]["events"][-1]["restartReason"] == 'Pod replaced to restart task "a"'
+    assert "recreateFor" not in gone.status
+
+
+def test_user_restart_of_a_batch_task_that_exits_non_zero_restarts_in_place() -> None:
+    batch = spec("batch", restart={"attempts": 0, "mode": "fail"})
+    s = derive(batch, {"podCreated": True}, batch_pod([running("server", T0)]), T0).status
+    s = user_restart_pending(s, "server")
+    last = {"exitCode": 143, "finishedAt": rfc3339(T0 + NS)}
+    decision = derive(batch, s, batch_pod([running("server", T0 + 2 * NS, 1, last)]), T0 + 2 * NS)
+    state = decision.status["taskStates"]["server"]
+    assert state["restarts"] == 1 and state["state"] == "running"
+    assert "Not Restarting" not in types(decision.status, "server")  # not counted
+    assert not decision.delete_pod
+
+
+def test_a_batch_task_that_exits_0_without_a_restart_request_still_completes() -> None:
+    batch = spec("batch")
+    s = derive(batch, {"podCreated": True}, batch_pod([running("server", T0)]), T0).status
+    done = batch_pod([terminated("server", 0, T0 + NS)], phase="Succeeded")
+    decision = derive(batch, s, done, T0 + 2 * NS)
+    assert decision.status["clientStatus"] == "complete"
+    assert not decision.delete_pod and "recreatePod" not in decision.status
+
+
+def sidecar_spec(hook: str, sidecar_first: bool = True) -> AllocationSpec:
+    tasks: list[dict[str, Any]] = [
+        {
+            "name": "proxy",
+            "driver": "docker",
+            "config": {"image": "p"},
+            "lifecycle": {"hook": hook, "sidecar": True},
+        },
+        {"name": "main", "driver": "docker", "config": {"image": "m"}},
+    ]
+    return spec("batch", tasks=tasks if sidecar_first else tasks[::-1])
+
+
+def test_batch_with_a_poststart_sidecar_completes_when_the_main_task_does() -> None:
+    s_spec = sidecar_spec("poststart")
+    both = batch_pod([running("main", T0), running("proxy", T0)])
+    s = derive(s_spec, {"podCreated": True}, both, T0).status
+    main_done = batch_pod([terminated("main", 0, T0 + NS), running("proxy", T0)])
+    decision = derive(s_spec, s, main_done, T0 + 2 * NS)
+    status = decision.status
+    assert status["clientStatus"] == "complete"
+    # Nomad's `Main Tasks Dead` comes first there; the spec has no such type: the reason
+    # goes with `Killing`.
+    assert types(status, "proxy")[-3:] == ["Started", "Killing", "Killed"]
+    assert status["taskStates"]["proxy"]["events"][-2]["killReason"] == (
+        "Main tasks in the group died"
+    )
+    proxy = status["taskStates"]["proxy"]
+    assert proxy["state"] == "dead" and proxy["failed"] is False
+    assert decision.delete_pod, "the sidecar still runs in the pod"
+    # The kubelet's kill of the sidecar (exit 143) changes nothing.
+    killed = batch_pod([terminated("main", 0, T0 + NS), terminated("proxy", 143, T0 + 3 * NS)])
+    after = derive(s_spec, status, killed, T0 + 3 * NS).status
+    assert after["clientStatus"] == "complete"
+    assert types(after, "proxy") == types(status, "proxy")
+
+
+@pytest.mark.parametrize("sidecar_first", [True, False])
+def test_batch_with_a_prestart_sidecar_the_kubelet_stops_completes(sidecar_first: bool) -> None:
+    """A native sidecar stopped by the kubelet after the main containers is killed, not failed,
+    whichever of the two exits the same pass looks at first."""
+    s_spec = sidecar_spec("prestart", sidecar_first)
+    start = batch_pod([running("main", T0 + NS)], init=[running("proxy", T0)])
+    s = derive(s_spec, {"podCreated": True}, start, T0 + NS).status
+    finished = batch_pod(
+        [terminated("main", 0, T0 + 2 * NS)],
+        phase="Succeeded",
+        init=[terminated("proxy", 143, T0 + 3 * NS)],
+    )
+    status = derive(s_spec, s, finished, T0 + 4 * NS).status
+    assert status["clientStatus"] == "complete"
+    proxy = status["taskStates"]["proxy"]
+    assert proxy["state"] == "dead" and proxy["failed"] is False
+    assert types(status, "proxy")[-2:] == ["Killing", "Killed"]
+    assert status["taskStates"]["proxy"]["events"][-2]["killReason"] == (
+        "Main tasks in the group died"
+    )
+
+
+def test_stopped_allocation_keeps_the_killed_event_when_the_kubelet_reports_the_exit() -> None:
+    """A real kubelet writes the container's termination before the pod is deleted."""
+    s = derive(spec(), {"podCreated": True}, pod([running("server", T0)]), T0).status
+    s.update(desiredStatus="stop", stopAt=T0)
+    s = derive(spec(), s, pod([running("server", T0)]), T0 + NS).status  # Killing, delete
+    assert types(s, "server")[-1] == "Killing"
+    exited = pod([terminated("server", 143, T0 + 2 * NS)], phase="Running")
+    s = derive(spec(), s, exited, T0 + 2 * NS).status
+    assert types(s, "server")[-3:] == ["Killing", "Terminated", "Killed"]
+    decision = derive(spec(), s, None, T0 + 3 * NS)
+    assert decision.status["clientStatus"] == "complete"
+    assert types(decision.status, "server").count("Killed") == 1
+    state = decision.status["taskStates"]["server"]
+    assert state["state"] == "dead" and state["failed"] is False
+
+
+def poststart_spec(restart: dict[str, Any] | None = None) -> AllocationSpec:
+    return spec(
+        tasks=[
+            {"name": "main", "driver": "docker", "config": {"image": "m"}},
+            {
+                "name": "announce",
+                "driver": "docker",
+                "config": {"image": "a"},
+                "lifecycle": {"hook": "poststart"},
+            },
+        ],
+        restart=restart or {"attempts": 2, "interval": "30m", "delay": "1s", "mode": "fail"},
+    )
+
+
+def test_a_run_once_poststart_task_completes_although_the_kubelet_reruns_it() -> None:
+    p_spec = poststart_spec()
+    s = derive(
+        p_spec, {"podCreated": True}, pod([running("main", T0), running("announce", T0)]), T0
+    ).status
+    ok = {"exitCode": 0, "finishedAt": rfc3339(T0 + NS)}
+    for count in (1, 2, 3, 4):  # under Always the kubelet starts it again after each exit 0
+        again = pod([running("main", T0), running("announce", T0 + (count + 1) * NS, count, ok)])
+        decision = derive(p_spec, s, again, T0 + (count + 1) * NS)
+        s = decision.status
+        assert not decision.delete_pod
+    announce = s["taskStates"]["announce"]
+    assert announce["state"] == "dead" and announce["failed"] is False
+    assert announce["restarts"] == 0
+    assert types(s, "announce")[-1] == "Terminated"
+    assert "Not Restarting" not in types(s, "announce")
+    assert s["clientStatus"] == "running"
+
+
+def test_a_run_once_poststart_task_seen_exited_completes_at_once() -> None:
+    p_spec = poststart_spec()
+    s = derive(
+        p_spec, {"podCreated": True}, pod([running("main", T0), running("announce", T0)]), T0
+    ).status
+    exited = pod([running("main", T0), terminated("announce", 0, T0 + NS)])
+    s = derive(p_spec, s, exited, T0 + 2 * NS).status
+    assert s["taskStates"]["announce"]["state"] == "dead"
+    # The kubelet's rerun is not a restart of the task.
+    rerun = pod(
+        [running("main", T0), running("announce", T0 + 3 * NS, 1, {"exitCode": 0})],
+    )
+    s = derive(p_spec, s, rerun, T0 + 3 * NS).status
+    assert s["taskStates"]["announce"]["state"] == "dead"
+    assert s["taskStates"]["announce"]["restarts"] == 0
+    assert s["clientStatus"] == "running"
+
+
+def test_a_failing_run_once_poststart_task_restarts_per_policy() -> None:
+    p_spec = poststart_spec()
+    s = derive(
+        p_spec, {"podCreated": True}, pod([running("main", T0), running("announce", T0)]), T0
+    ).status
+    bad = {"exitCode": 2, "finishedAt": rfc3339(T0 + NS)}
+    s = derive(
+        p_spec, s, pod([running("main", T0), running("announce", T0 + 2 * NS, 1, bad)]), T0 + 2 * NS
+    ).status
+    assert s["taskStates"]["announce"]["restarts"] == 1
+    assert s["taskStates"]["announce"]["state"] == "running"
+
+
+def prestart_spec(restart: dict[str, Any]) -> AllocationSpec:
+    return spec(
+        tasks=[
+            {
+                "name": "init",
+                "driver": "docker",
+                "config": {"image": "a"},
+                "lifecycle": {"hook": "prestart"},
+            },
+            {"name": "main", "driver": "docker", "config": {"image": "b"}},
+        ],
+        restart=restart,
+    )
+
+
+def test_a_failing_prestart_task_restarts_per_the_group_policy() -> None:
+    policy = {"attempts": 1, "interval": "30m", "delay": "1s", "mode": "fail"}
+    p_spec = prestart_spec(policy)
+    waiting_main = {"name": "main", "restartCount": 0, "state": {"waiting": {}}}
+    s = derive(
+        p_spec, {"podCreated": True}, pod([waiting_main], "Pending", init=[running("init", T0)]), T0
+    ).status
+    # The init container exits 1; the kubelet will run it again.
+    failed = pod([waiting_main], "Pending", init=[terminated("init", 1, T0 + NS)])
+    decision = derive(p_spec, s, failed, T0 + 2 * NS)
+    assert decision.status["clientStatus"] != "failed" and not decision.delete_pod
+    s = decision.status
+    last = {"exitCode": 1, "finishedAt": rfc3339(T0 + NS)}
+    rerun = pod([waiting_main], "Pending", init=[running("init", T0 + 3 * NS, 1, last)])
+    decision = derive(p_spec, s, rerun, T0 + 3 * NS)
+    s = decision.status
+    assert types(s, "init")[-3:] == ["Terminated", "Restarting", "Started"]
+    assert s["taskStates"]["init"]["restarts"] == 1 and not decision.delete_pod
+    assert s["clientStatus"] != "failed"
+    # The second failure exhausts the policy (1 attempt).
+    third = pod([waiting_main], "Pending", init=[running("init", T0 + 5 * NS, 2, last)])
+    decision = derive(p_spec, s, third, T0 + 5 * NS)
+    assert "Not Restarting" in types(decision.status, "init")
+    assert decision.status["clientStatus"] == "failed" and decision.delete_pod
+
+
+def test_more_than_fifty_kubernetes_events_are_not_recorded_twice() -> None:
+    """The newest Events are remembered, whatever their UIDs sort like."""
+    s = derive(spec(), {"podCreated": True}, pod([running("server", T0)]), T0).status
+    # UIDs sort the other way round from their times: the oldest has the largest UID.
+    events = [
+        KubeEvent(f"uid-{99 - i:02d}", "Pulled", f"event {i}", "Normal", T0 + i, "server")
+        for i in range(60)
+    ]
+    s = derive(spec(), s, pod([running("server", T0)]), T0 + NS, events).status
+    shown = [e["displayMessage"] for e in s["taskStates"]["server"]["events"]]
+    assert shown == [f"Pulled: event {i}" for i in range(50, 60)]
+    assert set(s["seenEvents"]) == {f"uid-{99 - i:02d}" for i in range(10, 60)}
+    again = derive(spec(), s, pod([running("server", T0)]), T0 + 2 * NS, events).status
+    assert again["taskStates"]["server"]["events"] == s["taskStates"]["server"]["events"]
+    newer = KubeEvent("uid-00", "Killing", "newest", "Normal", T0 + 100, "server")
+    later = derive(spec(), again, pod([running("server", T0)]), T0 + 3 * NS, [*events, newer])
+    added = [e["displayMessage"] for e in later.status["taskStates"]["server"]["events"]]
+    assert added[-2:] == ["Pulled: event 59", "Killing: newest"]
+    assert "uid-00" in later.status["seenEvents"] and len(later.status["seenEvents"]) == 50
+    # The bookkeeping alone is not worth a status write of its own.
+    assert not urgent({"seenEvents": ["uid-00"], "seenEventsUntil": T0 + 10}, {"podCreated": True})

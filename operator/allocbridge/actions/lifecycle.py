@@ -15,10 +15,13 @@ How each maps to Kubernetes (the README repeats this):
   without `kill` or `cat` gives a clear error too.
 - restart: SIGTERM as above; the kubelet restarts the container in place (restartPolicy
   Always/OnFailure) and the status shows `Restart Signaled`, then `Terminated`, `Restarting`,
-  `Started`. A restart asked for here does not count against the restart policy. If the
+  `Started`. A restart asked for here does not count against the restart policy, and the
+  task's next exit is the restart whatever its code: a batch task that exits 0 on SIGTERM,
+  which the kubelet leaves stopped, gets a new pod (`allocbridge.model.status`). If the
   container has not exited after its kill timeout, SIGKILL goes to the processes below PID 1;
   when there are none (SIGKILL never reaches PID 1 from inside), the pod is replaced instead.
-  `AllTasks` replaces the pod, so that prestart tasks run again.
+  A SIGTERM that could not be sent takes its restart back. `AllTasks` replaces the pod, so
+  that prestart tasks run again.
 - pause: SIGSTOP / SIGCONT to every process below PID 1 (`kill -1`), with `Pausing`/`Running`
   events and the schedule state in the task state. A task whose main process is PID 1 itself
   cannot be stopped from inside its container: pausing it answers an error.
@@ -73,6 +76,8 @@ class Target:
 
 
 Mutation = Callable[[Json, Json], None]  # (status, whole object) -> None, edits status in place
+#: Which run of a task's container is live: (pod uid, restart count), None when none runs.
+ContainerRun = tuple[str, int] | None
 
 
 @dataclass
@@ -323,25 +328,37 @@ class Actions:
                 seen = observed.setdefault(t, {})
                 seen["userRestarts"] = int(seen.get("userRestarts", 0)) + 1
 
+        # Which run of each container gets the SIGTERM, read before it is sent: a quick exit
+        # must not look like no exit to the escalation.
+        before = await self.kube.get_pod(target.namespace, target.name)
         await self.update(target, expect)
-        for t in tasks:
-            await self.kill(target, t, "SIGTERM", term_at[t])
+        for index, t in enumerate(tasks):
+            try:
+                await self.kill(target, t, "SIGTERM", term_at[t])
+            except ActionError:
+                # Not sent: the next exits of this task and the ones after it are not restarts.
+                await self.update(target, _take_back_restarts(tasks[index:]))
+                raise
             wait = (spec.task(t) or spec.tasks[0]).kill_timeout_seconds
             kill_at = pid1_rules.route(probes[t], pid1_rules.SIGKILL)
-            escalation = asyncio.create_task(self._escalate(target, t, kill_at, wait))
+            run = _container_run(before, t)
+            escalation = asyncio.create_task(self._escalate(target, t, kill_at, wait, run))
             self.escalations.add(escalation)
             escalation.add_done_callback(self.escalations.discard)
 
-    async def _escalate(self, target: Target, task: str, kill_at: str | None, wait: float) -> None:
+    async def _escalate(
+        self, target: Target, task: str, kill_at: str | None, wait: float, run: ContainerRun
+    ) -> None:
         """Force out a container that has not exited within its kill timeout.
 
         SIGKILL goes to the processes below PID 1; when there are none, it cannot reach PID 1
         from inside the container, so the pod is replaced (the kubelet kills from outside).
+        Nothing happens if the run that got the SIGTERM has ended meanwhile: restarted in
+        place, stopped (a batch task's exit 0), or its pod replaced.
         """
-        start = _restart_count(await self.kube.get_pod(target.namespace, target.name), task)
         await asyncio.sleep(wait)
-        pod = await self.kube.get_pod(target.namespace, target.name)
-        if pod is None or _restart_count(pod, task) > start:
+        now = _container_run(await self.kube.get_pod(target.namespace, target.name), task)
+        if now is None or now != run:
             return
         log.warning("task did not exit after SIGTERM", extra={"task": task})
         if kill_at is None:
@@ -499,11 +516,28 @@ def _add_events(status: Json, events: Mapping[str, list[Json]]) -> None:
         state["events"] = [*state.get("events", []), *new][-MAX_EVENTS:]
 
 
-def _restart_count(pod: Json | None, task: str) -> int:
-    for item in ((pod or {}).get("status") or {}).get("containerStatuses") or []:
-        if item.get("name") == task:
-            return int(item.get("restartCount", 0))
-    return 0
+def _container_run(pod: Json | None, task: str) -> ContainerRun:
+    """The live run of `task`'s container in `pod` (a prestart sidecar's too)."""
+    status = (pod or {}).get("status") or {}
+    for key in ("initContainerStatuses", "containerStatuses"):
+        for item in status.get(key) or []:
+            if item.get("name") == task and "running" in (item.get("state") or {}):
+                uid = str(((pod or {}).get("metadata") or {}).get("uid", ""))
+                return uid, int(item.get("restartCount", 0))
+    return None
+
+
+def _take_back_restarts(tasks: list[str]) -> Mutation:
+    """Undo the pending user restarts of `tasks` (their SIGTERM was not sent)."""
+
+    def take_back(status: Json, _obj: Json) -> None:
+        observed = status.get("observed") or {}
+        for task in tasks:
+            seen = observed.get(task) or {}
+            if int(seen.get("userRestarts", 0)) > 0:
+                seen["userRestarts"] = int(seen["userRestarts"]) - 1
+
+    return take_back
 
 
 def _deep_copy(value: Any) -> Any:

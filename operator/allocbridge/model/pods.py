@@ -19,9 +19,16 @@ allocation. `Never` would also show every exit, but a container could then never
 place, which the in-place restart and signal actions (and Nomad's restart of one task while its
 siblings keep running) need. Batch jobs use `OnFailure` because a batch task that exits 0 is
 complete in Nomad and must not run again; service tasks run again whatever their exit code.
+The one exit 0 of a batch task that must run again, after a user restart, gets a new pod.
 The kubelet's crash-loop back-off (10s doubling to 5m) stands in for the policy's `delay`.
-One gap: under `Always`, an ephemeral poststart task that exits 0 is started again by the
-kubelet; the operator has to treat that first successful exit as the task's completion.
+A failing ephemeral prestart task is retried in place too (init containers run until they
+succeed), so it counts against the policy like any task. Once every task but the sidecars has
+ended, the operator records the sidecars killed (`Killing`, `allocbridge.model.status`)
+and deletes the pod: poststart sidecars are regular containers the kubelet would keep running
+(it stops native sidecars by itself once the regular containers end). One gap: under `Always`,
+an ephemeral poststart task that exits 0 is started again by the kubelet (with its back-off);
+the operator records that first successful exit as the task's completion and ignores the
+reruns, but the command does run again.
 
 Resources: Nomad CPU MHz become millicores at `PodSettings.mhz_per_cpu` MHz per CPU (default
 1000, so 100 MHz = 100m) as the request; no CPU limit unless `cpu_limit_factor` is set, since

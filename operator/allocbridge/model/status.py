@@ -17,7 +17,17 @@ How the pod's life maps onto Nomad's task states:
   allocation; mode `delay` records the wait and lets the kubelet's back-off pace the restart.
 - A pod deleted under a running allocation counts as every running task failing: it restarts
   (a new pod) per the restart policy, never silently.
-- A dead leader task stops its siblings (`Leader Task Dead`, then `Killing`/`Killed`).
+- A dead leader task stops its siblings (`Leader Task Dead`, then `Killing`/`Killed`), and once
+  only sidecars are left they are stopped the same way (`Killing` with the reason `Main tasks
+  in the group died`), as Nomad does, so a batch allocation with sidecars completes.
+- Run-once lifecycle tasks (prestart or poststart without `sidecar`) end with their first
+  successful exit, even when the kubelet runs the container again (a poststart task under
+  `Always`); a failing one restarts in place per the group policy, init containers included.
+- A user restart (`observed[task].userRestarts`, written by the restart action) claims the next
+  exit of the task whatever its code: when the kubelet will not run the container again (exit 0
+  under `OnFailure`), the pod is replaced instead of the task completing.
+- A stopped allocation's tasks that exit once the pod is being deleted end `Killed`, after the
+  `Terminated` the kubelet reports.
 """
 
 from __future__ import annotations
@@ -30,6 +40,9 @@ from typing import Any
 from allocbridge.model.spec import AllocationSpec, EffectiveRestartPolicy, Task
 
 MAX_EVENTS = 10
+#: Kubernetes Event UIDs remembered per allocation; older Events are covered by a time mark.
+MAX_SEEN_EVENTS = 50
+USER_RESTART = "User requested restart"
 NS = 1_000_000_000
 
 PENDING, RUNNING, DEAD = "pending", "running", "dead"
@@ -155,6 +168,21 @@ def _restart_allowed(
     window = int(policy.interval_seconds * NS)
     recent = [t for t in history if window <= 0 or now_ns - t < window]
     return len(recent) < policy.attempts, recent
+
+
+def _kubelet_restarts(task: Task, exit_code: int, pod_policy: str) -> bool:
+    """Whether the kubelet runs the task's container again in place after this exit: native
+    sidecars whatever the code, other init containers until they succeed, regular containers
+    as the pod's `restartPolicy` says."""
+    if task.hook == "prestart":
+        return task.is_sidecar or (exit_code != 0 and pod_policy != "Never")
+    return pod_policy == "Always" or (pod_policy == "OnFailure" and exit_code != 0)
+
+
+def _completes(task: Task, exit_code: int) -> bool:
+    """Whether this exit ends a run-once lifecycle task for good, as in Nomad, even if the
+    kubelet runs its container again (a poststart task under `Always`)."""
+    return task.lifecycle is not None and not task.is_sidecar and exit_code == 0
 
 
 def initial_status(spec: AllocationSpec, now_ns: int) -> dict[str, Any]:
@@ -310,7 +338,7 @@ class _Derivation:
                     self.add(task.name, "Started", "Task started by client", started)
             elif "terminated" in state:
                 self.terminated(task, state["terminated"], pod_policy)
-            elif "waiting" in state:
+            elif "waiting" in state and self.tasks.state(task.name) != DEAD:
                 self.waiting(task, state["waiting"])
 
     def waiting(self, task: Task, waiting: Mapping[str, Any]) -> None:
@@ -327,12 +355,17 @@ class _Derivation:
 
     def restarted(self, task: Task, last: Mapping[str, Any]) -> None:
         """One in-place container restart by the kubelet, checked against the group policy."""
+        if self.tasks.state(task.name) == DEAD:
+            return  # the task has ended (completed, killed, failed): a rerun is not the task
         self.exited(task, last)
         seen = self.seen(task.name)
-        if int(seen.get("userRestarts", 0)) > 0:
+        if self.take_user_restart(task):
             # Asked for through the restart API: Nomad does not count it against the policy.
-            seen["userRestarts"] = int(seen["userRestarts"]) - 1
-            self.restarting(task, "User requested restart", delay=0.0)
+            self.restarting(task, USER_RESTART, delay=0.0)
+            return
+        if _completes(task, int(last.get("exitCode", 0))):
+            finished = parse_time_ns(last.get("finishedAt")) or self.now
+            self.tasks.set(task.name, state=DEAD, failed=False, finishedAt=rfc3339(finished))
             return
         allowed, history = _restart_allowed(self.policy, seen.get("restartTimes", []), self.now)
         if not allowed and self.policy.mode == "fail":
@@ -380,20 +413,49 @@ class _Derivation:
         self.add(task.name, "Not Restarting", message, restartReason=message, failsTask=True)
         self.tasks.set(task.name, state=DEAD, failed=True, finishedAt=rfc3339(self.now))
 
+    def take_user_restart(self, task: Task) -> bool:
+        """Whether a restart asked for through the API is pending for `task`; it is used up."""
+        seen = self.seen(task.name)
+        if int(seen.get("userRestarts", 0)) <= 0:
+            return False
+        seen["userRestarts"] = int(seen["userRestarts"]) - 1
+        return True
+
     def terminated(self, task: Task, terminated: Mapping[str, Any], pod_policy: str) -> None:
-        """A container that stopped; unless the kubelet restarts it in place, the task is dead."""
+        """A container that stopped and has not run again (yet)."""
         finished = parse_time_ns(terminated.get("finishedAt")) or self.now
         seen = self.seen(task.name)
         if seen.get("finishedAt") == finished or self.tasks.state(task.name) == DEAD:
             return
         exit_code = int(terminated.get("exitCode", 0))
-        in_place = pod_policy == "Always" or (pod_policy == "OnFailure" and exit_code != 0)
-        if in_place and task.hook != "prestart" and not self.stopping:
-            return  # the kubelet restarts it; the restart count will show it
+        if self.stopping:
+            # The allocation is going away: the task ends, killed once the pod is deleted.
+            seen["finishedAt"] = finished
+            self.exited(task, terminated)
+            if self.status.get("killSent"):
+                self.add(task.name, "Killed", "Task successfully killed")
+            self.tasks.set(task.name, state=DEAD, failed=False, finishedAt=rfc3339(finished))
+            return
+        if self.status.get("recreateKillSent"):
+            # The pod is being replaced: `recreated` restarts every task.
+            seen["finishedAt"] = finished
+            self.exited(task, terminated)
+            return
+        user = int(seen.get("userRestarts", 0)) > 0
+        if _kubelet_restarts(task, exit_code, pod_policy) and (
+            user or not _completes(task, exit_code)
+        ):
+            return  # it runs again in place; the restart count will show it
         seen["finishedAt"] = finished
         self.exited(task, terminated)
-        failed = exit_code != 0 and not self.stopping
-        self.tasks.set(task.name, state=DEAD, failed=failed, finishedAt=rfc3339(finished))
+        if self.take_user_restart(task):
+            # Nomad restarts a task the user restarted whatever its exit code, but the kubelet
+            # will not run this container again (exit 0 under OnFailure): a new pod runs it.
+            self.restarting(task, USER_RESTART, delay=0.0)
+            self.status["recreatePod"] = True
+            self.status["recreateFor"] = task.name
+            return
+        self.tasks.set(task.name, state=DEAD, failed=exit_code != 0, finishedAt=rfc3339(finished))
 
     def pod_vanished(self) -> None:
         """The pod of a running allocation disappeared: its tasks failed; restart per policy."""
@@ -446,11 +508,19 @@ class _Derivation:
             self.decision.requeue_after = 0.5  # still terminating
 
     def recreated(self) -> None:
-        """The pod removed for a full restart is gone: every task starts over."""
+        """The pod removed for a restart is gone: every task starts over in a new one."""
+        counted = self.status.get("recreateFor")  # that task's restart was recorded at its exit
         for task in self.spec.tasks:
             self.seen(task.name).clear()
-            self.restarting(task, "User requested all tasks to restart", delay=0.0)
-        for key in ("recreatePod", "recreateKillSent"):
+            if task.name == counted:
+                continue
+            reason = (
+                f'Pod replaced to restart task "{counted}"'
+                if counted
+                else "User requested all tasks to restart"
+            )
+            self.restarting(task, reason, delay=0.0)
+        for key in ("recreatePod", "recreateKillSent", "recreateFor"):
             self.status.pop(key, None)
         self.status["podCreated"] = False
         self.decision.create_pod = True
@@ -463,24 +533,31 @@ class _Derivation:
                 self.tasks.set(task.name, state=DEAD, finishedAt=rfc3339(self.now))
 
     def enforce_leader(self) -> None:
-        """A dead leader, or a failed task, stops the rest of the group."""
+        """A dead leader, or a failed task, stops the rest of the group; so does the end of
+        every task but the sidecars, which then only have the sidecars to serve."""
         spec, tasks = self.spec, self.tasks
         leader = spec.leader
         failed = [
             t for t in spec.tasks if tasks.state(t.name) == DEAD and tasks.states[t.name]["failed"]
         ]
+        live = [t for t in spec.tasks if tasks.state(t.name) != DEAD]
         if leader is not None and tasks.state(leader.name) == DEAD:
             cause, display, sibling = "Leader Task Dead", "Leader Task in Group dead", ""
         elif failed:
             sibling = failed[0].name
             cause, display = "Sibling Task Failed", f'Task\'s sibling "{sibling}" failed'
+        elif live and all(t.is_sidecar for t in live):
+            # Nomad records `Main Tasks Dead` first; the spec's event types do not have it, so
+            # its reason goes with `Killing` alone.
+            cause, display, sibling = "", "Main tasks in the group died", ""
         else:
             return
         for task in spec.tasks:
             if tasks.state(task.name) == DEAD:
                 continue
             kill = task.kill_timeout_seconds
-            self.add(task.name, cause, display, failedSibling=sibling)
+            if cause:
+                self.add(task.name, cause, display, failedSibling=sibling)
             self.add(
                 task.name,
                 "Killing",
@@ -493,12 +570,23 @@ class _Derivation:
         self.decision.delete_pod = True
 
     def record_kube_events(self, events: Sequence[KubeEvent]) -> None:
-        """Kubernetes Events about the pod (pulls, back-off, probes) as `Driver` task events."""
-        seen_uids = set(self.status.get("seenEvents", []))
+        """Kubernetes Events about the pod (pulls, back-off, probes) as `Driver` task events.
+
+        Each Event is recorded once. The UIDs of the newest `MAX_SEEN_EVENTS` are remembered
+        (`seenEvents`, oldest first), and an Event no newer than the newest one forgotten
+        (`seenEventsUntil`) counts as seen, so a pod with more Events than that does not get
+        its old ones again on every pass.
+        """
+        remembered = list(self.status.get("seenEvents", []))
+        seen_uids = set(remembered)
+        until = int(self.status.get("seenEventsUntil", 0))
+        times: dict[str, int] = {}
         for event in sorted(events, key=lambda e: e.time_ns):
-            if event.uid in seen_uids:
+            times[event.uid] = event.time_ns
+            if event.uid in seen_uids or event.time_ns <= until:
                 continue
             seen_uids.add(event.uid)
+            remembered.append(event.uid)
             names = [event.container] if event.container else [t.name for t in self.spec.tasks]
             text = f"{event.reason}: {event.message}" if event.message else event.reason
             failure = event.type == "Warning" and event.reason in ("Failed", "ErrImagePull")
@@ -509,8 +597,13 @@ class _Derivation:
                     self.add(name, "Driver Failure", text, event.time_ns, driverError=text)
                 else:
                     self.add(name, "Driver", text, event.time_ns, driverMessage=text)
-        if seen_uids:
-            self.status["seenEvents"] = sorted(seen_uids)[-50:]
+        if len(remembered) > MAX_SEEN_EVENTS:
+            forgotten = remembered[:-MAX_SEEN_EVENTS]
+            remembered = remembered[-MAX_SEEN_EVENTS:]
+            until = max([until, *(times[uid] for uid in forgotten if uid in times)])
+            self.status["seenEventsUntil"] = until
+        if remembered:
+            self.status["seenEvents"] = remembered
 
 
 def _client_status(

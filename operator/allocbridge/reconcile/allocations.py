@@ -74,7 +74,9 @@ DEFAULT_START_HOLD = 30.0
 
 #: Status keys (top level) whose changes alone need no immediate write; in `taskStates`, a
 #: task whose only change is new events needs none either.
-_INFORMATIONAL = frozenset({"nodeName", "nodeID", "seenEvents", "observed", "modifyTime"})
+_INFORMATIONAL = frozenset(
+    {"nodeName", "nodeID", "seenEvents", "seenEventsUntil", "observed", "modifyTime"}
+)
 
 #: What the first write of a pending allocation may hold besides: its bookkeeping and the
 #: initial pending status, which is what the API shows for an allocation without a status.
