@@ -4,6 +4,10 @@ A file holds a `controller` block, `listener "tcp"` stanzas with `purpose = "api
 and blocks of our own (`kubernetes`, `acl`, `log`). Every mistake is collected (not only the
 first) and reported with the file, the stanza, the field and what is allowed, so one run of
 `allocbridge check-config` shows everything to fix.
+
+The parser marks blocks (`explicit_blocks`), so `controller = { ... }` (an attribute) is told
+apart from `controller { ... }` and every value is type-checked before it is used: a mistake
+in the file's shape is a problem in the list, never a traceback.
 """
 
 from __future__ import annotations
@@ -26,6 +30,8 @@ DEFAULT_PORTS: dict[str, int] = {"api": 4646, "ops": 9203}
 DEFAULT_HOST = "127.0.0.1"
 TLS_VERSIONS = ("tls12", "tls13")
 _BOUNDARY_ONLY_PURPOSES = ("cluster", "proxy")
+_BLOCK_MARK = "__is_block__"  # python-hcl2's key on every block body (explicit_blocks=True)
+_DURATION_FORMS = 'a Go duration like "10s" or "1m30s", a whole number of seconds, or "Nd" days'
 
 
 @dataclass(frozen=True)
@@ -135,7 +141,7 @@ def load_file(path: str | Path) -> Settings:
 def load_text(text: str, *, source: str = "<config>", base_dir: Path | None = None) -> Settings:
     """Parse and validate HCL text; relative TLS file paths resolve against base_dir."""
     options = SerializationOptions(
-        strip_string_quotes=True, explicit_blocks=False, with_comments=False
+        strip_string_quotes=True, explicit_blocks=True, with_comments=False
     )
     try:
         raw = hcl2.loads(text, serialization_options=options)
@@ -167,8 +173,8 @@ class _Validator:
                 self.problem(
                     f"block {name!r}", f"unknown block; allowed: {', '.join(sorted(known))}"
                 )
-        controller = self.controller(raw.get("controller", []))
-        listeners = self.listeners(raw.get("listener", []))
+        controller = self.single(raw, "controller", self.controller, None)
+        listeners = self.listeners(self.blocks(raw, "listener"))
         kubernetes = self.single(raw, "kubernetes", self.kubernetes, KubernetesSettings())
         acl = self.single(raw, "acl", self.acl, AclSettings())
         log = self.single(raw, "log", self.log, LogSettings())
@@ -176,26 +182,49 @@ class _Validator:
             raise ConfigError(self.source, self.problems)
         return Settings(self.source, controller, tuple(listeners), kubernetes, acl, log)
 
+    def blocks(
+        self, raw: Mapping[str, Any], name: str
+    ) -> list[tuple[tuple[str, ...], dict[str, Any]]]:
+        """The (labels, body) of every `name` block; `name = ...` is reported, not guessed at."""
+        if name not in raw:
+            return []
+        value = raw[name]
+        found = [_unwrap(item) for item in value] if isinstance(value, list) else []
+        if not found or any(item is None for item in found):
+            shape = f'{name} "tcp"' if name == "listener" else name
+            self.problem(
+                name, f"must be a block ({shape} {{ ... }}), not an attribute ({name} = ...)"
+            )
+            return []
+        return [item for item in found if item is not None]
+
     def single(
         self, raw: Mapping[str, Any], name: str, parse: Callable[[Mapping[str, Any]], T], default: T
     ) -> T:
-        blocks = raw.get(name, [])
+        blocks = self.blocks(raw, name)
         if not blocks:
             return default
         if len(blocks) > 1:
             self.problem(f"{name} block", "may appear only once")
-        block = blocks[0]
-        if not isinstance(block, Mapping):
-            self.problem(f"{name} block", "must be a block: name { ... }")
-            return default
+        labels, block = blocks[0]
+        if labels:
+            got = " ".join(f'"{label}"' for label in labels)
+            self.problem(f"{name} block", f"takes no label, got {got}; write {name} {{ ... }}")
         return parse(block)
 
-    def fields(self, where: str, block: Mapping[str, Any], allowed: set[str]) -> None:
-        for key in block:
+    def fields(self, where: str, block: Mapping[str, Any], allowed: set[str]) -> dict[str, Any]:
+        """The block's known attributes; unknown names and nested blocks are reported."""
+        known: dict[str, Any] = {}
+        for key, value in block.items():
             if key not in allowed:
                 self.problem(
                     f"{where}: {key}", f"unknown field; allowed: {', '.join(sorted(allowed))}"
                 )
+            elif _is_nested_block(value):
+                self.problem(f"{where}: {key}", f"must be an attribute ({key} = ...), not a block")
+            else:
+                known[key] = value
+        return known
 
     def string(self, where: str, block: Mapping[str, Any], key: str) -> str | None:
         value = block.get(key)
@@ -220,35 +249,43 @@ class _Validator:
         self.problem(f"{where}: {key}", f"must be a whole number, got {value!r}")
         return default
 
-    def controller(self, blocks: list[Any]) -> ControllerSettings | None:
-        if not blocks:
-            return None
-        if len(blocks) > 1:
-            self.problem("controller block", "may appear only once")
-        block = blocks[0]
+    def controller(self, block: Mapping[str, Any]) -> ControllerSettings:
         where = "controller block"
-        self.fields(where, block, {"name", "description", "graceful_shutdown_wait_duration"})
+        block = self.fields(
+            where, block, {"name", "description", "graceful_shutdown_wait_duration"}
+        )
         name = self.string(where, block, "name") or "allocbridge"
         wait: float | None = None
         raw_wait = block.get("graceful_shutdown_wait_duration")
         if raw_wait is not None:
             try:
+                # model/durations reads strings and numbers only: anything else is refused here
+                if isinstance(raw_wait, bool) or not isinstance(raw_wait, str | int | float):
+                    raise DurationError("not a string or a number")
                 wait = parse_duration_second(raw_wait)
                 if wait < 0:
                     raise DurationError("negative")
             except DurationError:
                 self.problem(
                     f"{where}: graceful_shutdown_wait_duration",
-                    f"{raw_wait!r} is not a duration; allowed: a Go duration like "
-                    '"10s" or "1m30s", a whole number of seconds, or "Nd" days',
+                    f"{raw_wait!r} is not a duration; allowed: {_DURATION_FORMS}",
                 )
         return ControllerSettings(name=name, graceful_shutdown_wait=wait)
 
-    def listeners(self, blocks: list[Any]) -> list[ListenerSettings]:
+    def listeners(
+        self, blocks: list[tuple[tuple[str, ...], dict[str, Any]]]
+    ) -> list[ListenerSettings]:
         out: list[ListenerSettings] = []
         seen: dict[str, int] = {}
-        for index, labelled in enumerate(blocks, start=1):
-            kind, block = next(iter(labelled.items())) if labelled else ("", {})
+        for index, (labels, block) in enumerate(blocks, start=1):
+            if len(labels) != 1:
+                got = "; got " + " ".join(f'"{label}"' for label in labels) if labels else ""
+                self.problem(
+                    f"listener #{index}",
+                    f'needs its type as the one label: listener "tcp" {{ ... }}{got}',
+                )
+                continue
+            kind = labels[0]
             where = f'listener "{kind}" #{index}'
             if kind != "tcp":
                 self.problem(where, f'unsupported listener type "{kind}"; allowed: "tcp"')
@@ -271,7 +308,7 @@ class _Validator:
         purpose = block.get("purpose")
         if isinstance(purpose, str) and purpose in DEFAULT_PORTS:
             where = f'{where} (purpose "{purpose}")'
-        self.fields(
+        block = self.fields(
             where,
             block,
             {
@@ -283,6 +320,7 @@ class _Validator:
                 "tls_min_version",
             },
         )
+        purpose = block.get("purpose")  # again: a nested `purpose { }` block is gone now
         if isinstance(purpose, list):
             if len(purpose) != 1:
                 self.problem(
@@ -294,6 +332,9 @@ class _Validator:
         if purpose is None:
             self.problem(f"{where}: purpose", 'is required; allowed: "api", "ops"')
             return None
+        if not isinstance(purpose, str):
+            self.problem(f"{where}: purpose", f'must be "api" or "ops", got {purpose!r}')
+            return None
         if purpose in _BOUNDARY_ONLY_PURPOSES:
             self.problem(
                 f"{where}: purpose",
@@ -303,6 +344,7 @@ class _Validator:
         if purpose not in DEFAULT_PORTS:
             self.problem(f"{where}: purpose", f'unknown purpose {purpose!r}; allowed: "api", "ops"')
             return None
+        checked: Purpose = "api" if purpose == "api" else "ops"
         host, port = self.address(where, block.get("address"), DEFAULT_PORTS[purpose])
         tls_disable = self.boolean(where, block, "tls_disable", False)
         cert = self.string(where, block, "tls_cert_file")
@@ -317,7 +359,7 @@ class _Validator:
             cert = self.tls_file(where, "tls_cert_file", cert)
             key = self.tls_file(where, "tls_key_file", key)
         return ListenerSettings(
-            purpose=purpose,
+            purpose=checked,
             host=host,
             port=port,
             tls_disable=tls_disable,
@@ -369,7 +411,7 @@ class _Validator:
 
     def kubernetes(self, block: Mapping[str, Any]) -> KubernetesSettings:
         where = "kubernetes block"
-        self.fields(
+        block = self.fields(
             where,
             block,
             {
@@ -404,7 +446,7 @@ class _Validator:
 
     def acl(self, block: Mapping[str, Any]) -> AclSettings:
         where = "acl block"
-        self.fields(where, block, {"enabled", "audiences"})
+        block = self.fields(where, block, {"enabled", "audiences"})
         audiences = block.get("audiences", [])
         if not isinstance(audiences, list) or not all(
             isinstance(a, str) and a.strip() for a in audiences
@@ -417,7 +459,7 @@ class _Validator:
 
     def log(self, block: Mapping[str, Any]) -> LogSettings:
         where = "log block"
-        self.fields(where, block, {"format", "level"})
+        block = self.fields(where, block, {"format", "level"})
         fmt = self.string(where, block, "format") or "text"
         if fmt not in ("text", "json"):
             self.problem(f"{where}: format", f"unknown format {fmt!r}; allowed: text, json")
@@ -430,6 +472,26 @@ class _Validator:
             )
             level = "info"
         return LogSettings(format="json" if fmt == "json" else "text", level=level)
+
+
+def _unwrap(item: Any) -> tuple[tuple[str, ...], dict[str, Any]] | None:
+    """One parsed block as (labels, body without the marker); None when it is not a block.
+
+    python-hcl2 nests a labelled block as `{label: {...body, __is_block__: True}}`.
+    """
+    labels: list[str] = []
+    while isinstance(item, dict):
+        if item.get(_BLOCK_MARK) is True:
+            return tuple(labels), {k: v for k, v in item.items() if k != _BLOCK_MARK}
+        if len(item) != 1:
+            return None
+        label, item = next(iter(item.items()))
+        labels.append(str(label))
+    return None
+
+
+def _is_nested_block(value: Any) -> bool:
+    return isinstance(value, list) and bool(value) and all(_unwrap(v) is not None for v in value)
 
 
 def _is_host(host: str) -> bool:

@@ -46,7 +46,13 @@ class Replica(Operator):
     """An `allocbridge run` process logging JSON, in a peering (or standalone with None)."""
 
     def __init__(
-        self, folder: Path, kubeconfig: Path, *, peering: str | None, priority: int = 0
+        self,
+        folder: Path,
+        kubeconfig: Path,
+        *,
+        peering: str | None,
+        priority: int = 0,
+        namespaces: tuple[str, ...] = (),
     ) -> None:
         folder.mkdir(parents=True, exist_ok=True)
         # debug: each reconcile pass is logged, which is how `reconciled` tells the replica
@@ -54,6 +60,7 @@ class Replica(Operator):
         super().__init__(
             folder,
             kubeconfig,
+            namespaces=namespaces,
             peering=peering,
             priority=priority,
             log=LogSettings(format="json", level="debug"),
@@ -230,6 +237,58 @@ def test_one_replica_reconciles_and_the_other_takes_over_when_it_dies(
     eventually(lambda: not follower.leading(), what="the follower to pause again")
     for replica in pair:
         assert names(listing(replica, namespace)[0]) == ["first", "second"]
+
+
+def test_replicas_watching_named_namespaces_elect_one_reconciler(
+    sa_kubeconfig: Path, peering: str, namespace: str, kubectl: Any, tmp_path: Path
+) -> None:
+    """`kubernetes { namespaces = [...] }` with peering on: the replicas meet in the same
+    ClusterKopfPeering as cluster-wide ones (Kopf alone would look for a KopfPeering in each
+    namespace and, finding none, stay paused for good), so one reconciles, the others stand
+    by, and a replica watching every namespace joins the same election."""
+
+    def running(name: str) -> bool:
+        found = kubectl.json("get", "allocation", name, "-n", namespace)
+        return (found.get("status") or {}).get("clientStatus") == "running"
+
+    only = (namespace,)
+    leader = Replica(
+        tmp_path / "a", sa_kubeconfig, peering=peering, priority=LEADER_PRIORITY, namespaces=only
+    )
+    follower = Replica(
+        tmp_path / "b", sa_kubeconfig, peering=peering, priority=FOLLOWER_PRIORITY, namespaces=only
+    )
+    everywhere = Replica(tmp_path / "c", sa_kubeconfig, peering=peering, priority=50)
+    try:
+        leader.start()
+        eventually(leader.leading, what="the namespaced replica to start reconciling")
+        follower.start()
+        everywhere.start()
+        kubectl.apply(alloc_manifest("first", namespace))
+        eventually(lambda: leader.reconciled(namespace, "first"), what="the leader to reconcile")
+        eventually(lambda: running("first"), timeout=60, what="the allocation to run")
+        wait_listed((leader, follower, everywhere), namespace, ["first"])
+        time.sleep(1.0)
+        assert leader.leading() and not follower.leading() and not everywhere.leading()
+        assert not follower.reconciled(namespace) and not everywhere.reconciled(namespace)
+
+        assert leader.stop() == 0  # a graceful stop leaves the peering at once
+        eventually(follower.leading, timeout=10, what="the namespaced follower to take over")
+        kubectl.apply(alloc_manifest("second", namespace))
+        eventually(lambda: follower.reconciled(namespace, "second"), what="the follower")
+        eventually(lambda: running("second"), timeout=60, what="the second allocation to run")
+        assert not everywhere.leading() and not everywhere.reconciled(namespace)
+
+        # Leave no pods behind: the index is global, and pods going away with the namespace
+        # later would wake the next test's blocking queries.
+        kubectl("delete", "allocations", "--all", "-n", namespace)
+        eventually(
+            lambda: not kubectl.json("get", "pods", "-n", namespace)["items"],
+            timeout=60,
+            what="the pods to go",
+        )
+    finally:
+        stop_all(everywhere, follower, leader)
 
 
 def test_page_tokens_and_blocking_indexes_work_across_replicas(

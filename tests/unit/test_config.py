@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 from pathlib import Path
 
 import pytest
@@ -265,6 +266,171 @@ ERRORS = [
 def test_every_mistake_is_named(text: str, expected: str) -> None:
     found = problems(text)
     assert any(p.startswith(expected) for p in found), found
+
+
+ATTRIBUTE_INSTEAD_OF_BLOCK = [
+    pytest.param(
+        'controller = { name = "x" }',
+        "controller: must be a block (controller { ... }), not an attribute (controller = ...)",
+        id="controller",
+    ),
+    pytest.param(
+        'listener = { purpose = "api" }',
+        'listener: must be a block (listener "tcp" { ... }), not an attribute (listener = ...)',
+        id="listener",
+    ),
+    pytest.param(
+        'listener = [{ purpose = "api" }]',
+        'listener: must be a block (listener "tcp" { ... }), not an attribute (listener = ...)',
+        id="listener-list",
+    ),
+    pytest.param(
+        'kubernetes = { namespaces = ["a"] }',
+        "kubernetes: must be a block (kubernetes { ... }), not an attribute (kubernetes = ...)",
+        id="kubernetes",
+    ),
+    pytest.param(
+        "acl = true",
+        "acl: must be a block (acl { ... }), not an attribute (acl = ...)",
+        id="acl",
+    ),
+    pytest.param(
+        'log = "json"',
+        "log: must be a block (log { ... }), not an attribute (log = ...)",
+        id="log",
+    ),
+    pytest.param(
+        "controller = []",
+        "controller: must be a block (controller { ... }), not an attribute (controller = ...)",
+        id="controller-empty-list",
+    ),
+]
+
+
+@pytest.mark.parametrize(("text", "expected"), ATTRIBUTE_INSTEAD_OF_BLOCK)
+def test_a_block_written_as_an_attribute_is_named(text: str, expected: str) -> None:
+    assert problems(text + OPEN_LISTENERS if "listener" not in text else text) == [expected]
+
+
+BLOCK_SHAPE_MISTAKES = [
+    pytest.param(
+        'controller "c1" {\n name = "x"\n}',
+        'controller block: takes no label, got "c1"; write controller { ... }',
+        id="labelled-controller",
+    ),
+    pytest.param(
+        'listener {\n purpose = "api"\n}',
+        'listener #1: needs its type as the one label: listener "tcp" { ... }',
+        id="unlabelled-listener",
+    ),
+    pytest.param(
+        'listener "tcp" "api" {\n purpose = "api"\n}',
+        'listener #1: needs its type as the one label: listener "tcp" { ... }; got "tcp" "api"',
+        id="two-labels",
+    ),
+    pytest.param(
+        "kubernetes {\n namespaces {\n }\n}",
+        "kubernetes block: namespaces: must be an attribute (namespaces = ...), not a block",
+        id="field-as-block",
+    ),
+    pytest.param(
+        'controller {\n name = "c"\n graceful_shutdown_wait_duration = ["10s"]\n}',
+        "controller block: graceful_shutdown_wait_duration: ['10s'] is not a duration; "
+        'allowed: a Go duration like "10s" or "1m30s", a whole number of seconds, or "Nd" days',
+        id="duration-list",
+    ),
+    pytest.param(
+        "controller {\n graceful_shutdown_wait_duration = { s = 10 }\n}",
+        "controller block: graceful_shutdown_wait_duration: {'s': 10} is not a duration",
+        id="duration-object",
+    ),
+    pytest.param(
+        "controller {\n graceful_shutdown_wait_duration = true\n}",
+        "controller block: graceful_shutdown_wait_duration: True is not a duration",
+        id="duration-bool",
+    ),
+    pytest.param(
+        'listener "tcp" {\n purpose = { api = true }\n tls_disable = true\n}',
+        'listener "tcp" #1: purpose: must be "api" or "ops", got {\'api\': True}',
+        id="purpose-object",
+    ),
+    pytest.param(
+        'listener "tcp" {\n purpose = [["api"]]\n tls_disable = true\n}',
+        'listener "tcp" #1: purpose: must be "api" or "ops", got [\'api\']',
+        id="purpose-nested-list",
+    ),
+]
+
+
+@pytest.mark.parametrize(("text", "expected"), BLOCK_SHAPE_MISTAKES)
+def test_a_misshapen_block_or_field_is_named(text: str, expected: str) -> None:
+    found = problems(text)
+    assert any(p.startswith(expected) for p in found), found
+
+
+FIELDS = {
+    "controller": ("name", "description", "graceful_shutdown_wait_duration"),
+    'listener "tcp"': (
+        "purpose",
+        "address",
+        "tls_disable",
+        "tls_cert_file",
+        "tls_key_file",
+        "tls_min_version",
+    ),
+    "kubernetes": (
+        "kubeconfig",
+        "context",
+        "namespaces",
+        "peering",
+        "priority",
+        "standalone",
+        "mhz_per_cpu",
+        "exec_image",
+    ),
+    "acl": ("enabled", "audiences"),
+    "log": ("format", "level"),
+}
+ODD_VALUES = ("[]", '["x"]', "[[1]]", "{ a = 1 }", "true", "1.5", "-1", "null", '""')
+
+
+@pytest.mark.parametrize(
+    ("block", "field"), [(block, name) for block, names in FIELDS.items() for name in names]
+)
+def test_no_value_of_the_wrong_type_escapes_as_a_traceback(block: str, field: str) -> None:
+    """Every field, given every kind of HCL value (and a nested block), is either accepted or
+    reported as a problem: nothing else may come out of the loader."""
+    for value in [f"{field} = {odd}" for odd in ODD_VALUES] + [f"{field} {{\n}}"]:
+        text = f"{block} {{\n {value}\n}}\n"
+        with contextlib.suppress(config.ConfigError):
+            load(text)
+
+
+def test_check_config_names_blocks_written_as_attributes(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    path = tmp_path / "attrs.hcl"
+    path.write_text(
+        'controller = { name = "x" }\nacl = true\nkubernetes = { namespaces = ["a"] }\n'
+        'log = "json"\n' + OPEN_LISTENERS
+    )
+    assert main(["check-config", str(path)]) == 1
+    err = capsys.readouterr().err
+    assert err.startswith(f"4 problem(s) in {path}:")
+    for name in ("controller", "acl", "kubernetes", "log"):
+        assert f"  - {name}: must be a block ({name} {{ ... }}), not an attribute" in err
+    assert "may appear only once" not in err and "Traceback" not in err
+
+
+def test_check_config_names_a_duration_of_the_wrong_type(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    path = tmp_path / "wait.hcl"
+    path.write_text('controller {\n graceful_shutdown_wait_duration = ["10s"]\n}' + OPEN_LISTENERS)
+    assert main(["check-config", str(path)]) == 1
+    err = capsys.readouterr().err
+    assert err.startswith(f"1 problem(s) in {path}:")
+    assert "  - controller block: graceful_shutdown_wait_duration: ['10s'] is not a duration" in err
 
 
 def test_all_problems_are_reported_together() -> None:

@@ -3,6 +3,9 @@
 Kopf cancels every task created after it started when it exits, which would cut the HTTP
 servers' connection tasks if they shared its loop; a dedicated loop keeps the listeners out of
 its reach, so the shutdown order stays ours (design.md, boundary-health-k8s-exec-kopf.md C.9).
+
+Peering is always cluster-wide: every replica, whatever `kubernetes.namespaces` says, announces
+itself in the one ClusterKopfPeering named by `kubernetes.peering` (see `build_registry`).
 """
 
 from __future__ import annotations
@@ -46,6 +49,14 @@ def build_registry(credentials: Credentials, settings: KubernetesSettings) -> ko
         state["api"] = api
         actions = Actions(Kube(api), credentials.configuration())
         state["reconciler"] = Reconciler(Kube(api), pod_settings, actions)
+
+    @kopf.on.startup(registry=registry)
+    async def peer_cluster_wide(settings: kopf.OperatorSettings, **_: Any) -> None:
+        """Use the ClusterKopfPeering even with `namespaces`: Kopf would otherwise wait for a
+        KopfPeering in each namespace and, finding none, stay paused for good; one object also
+        lets replicas with different `namespaces` elect one reconciler. `kopf.operator` resets
+        this setting, so it is set here, before the peering tasks start."""
+        settings.peering.clusterwide = True
 
     @kopf.on.cleanup(registry=registry)
     async def cleanup(**_: Any) -> None:
