@@ -289,6 +289,42 @@ def test_restart_a_task_in_place_without_using_the_restart_policy(
     assert state["clientStatus"] == "running" and state["taskStates"]["main"]["lastRestart"]
 
 
+def test_restart_stops_the_task_with_its_kill_signal(
+    operator: Operator, cluster: Any, kubectl: Any, namespace: str
+) -> None:
+    task = {
+        "name": "main",
+        "driver": "docker",
+        "config": {"image": "x"},
+        "killSignal": "SIGINT",
+        "killTimeout": "1s",
+    }
+    uid = running(kubectl, operator, namespace, quick_allocation("ki", namespace, tasks=[task]))
+    assert post(operator, f"/v1/client/allocation/{uid}/restart", {"TaskName": "main"})[0] == 200
+    eventually(
+        lambda: status(kubectl, namespace, "ki")["taskStates"]["main"]["restarts"] == 1,
+        what="the restart",
+    )
+    assert [r.argv for r in cluster.signals(namespace, "ki", "main")] == [
+        ("kill", "-INT", "--", "1")
+    ]
+    # A task that handles its kill signal and stays up is killed after the kill timeout.
+    cluster.set_handled_signals(namespace, "ki", "main", ["INT"])
+    assert post(operator, f"/v1/client/allocation/{uid}/restart", {"TaskName": "main"})[0] == 200
+    eventually(
+        lambda: status(kubectl, namespace, "ki")["taskStates"]["main"]["restarts"] == 2,
+        what="SIGKILL after the kill timeout",
+    )
+    argvs = [r.argv for r in cluster.signals(namespace, "ki", "main")]
+    assert argvs[1:] == [("kill", "-INT", "--", "1"), ("kill", "-KILL", "--", "-1")]
+    reasons = [
+        e.get("killReason")
+        for e in status(kubectl, namespace, "ki")["taskStates"]["main"]["events"]
+        if e["type"] == "Killing"
+    ]
+    assert reasons[-1] == "restart: task did not exit after SIGINT"
+
+
 def test_restarting_a_batch_task_that_exits_0_runs_it_again(
     operator: Operator, cluster: Any, kubectl: Any, namespace: str
 ) -> None:

@@ -13,14 +13,15 @@ How each maps to Kubernetes (the README repeats this):
   (`kill -1`) when the task runs under an init or a wrapper, and otherwise answers an error
   naming the reason: it never reports success for a signal the kernel would drop. A container
   without `kill` or `cat` gives a clear error too.
-- restart: SIGTERM as above; the kubelet restarts the container in place (restartPolicy
-  Always/OnFailure) and the status shows `Restart Signaled`, then `Terminated`, `Restarting`,
-  `Started`. A restart asked for here does not count against the restart policy, and the
-  task's next exit is the restart whatever its code: a batch task that exits 0 on SIGTERM,
-  which the kubelet leaves stopped, gets a new pod (`allocbridge.model.status`). If the
-  container has not exited after its kill timeout, SIGKILL goes to the processes below PID 1;
-  when there are none (SIGKILL never reaches PID 1 from inside), the pod is replaced instead.
-  A SIGTERM that could not be sent takes its restart back. `AllTasks` replaces the pod, so
+- restart: the task's `killSignal` (SIGTERM by default) as above; the kubelet restarts the
+  container in place (restartPolicy Always/OnFailure) and the status shows `Restart Signaled`,
+  then `Terminated`, `Restarting`, `Started`. A restart asked for here does not count against
+  the restart policy, and the task's next exit is the restart whatever its code: a batch task
+  that exits 0 on its kill signal, which the kubelet leaves stopped, gets a new pod
+  (`allocbridge.model.status`). If the container has not exited after its kill timeout, SIGKILL
+  goes to the processes below PID 1; when there are none (SIGKILL never reaches PID 1 from
+  inside), the pod is replaced instead. A kill signal that could not be sent takes its restart
+  back. `AllTasks` replaces the pod, so
   that prestart tasks run again.
 - pause: SIGSTOP / SIGCONT to every process below PID 1 (`kill -1`), with `Pausing`/`Running`
   events and the schedule state in the task state. A task whose main process is PID 1 itself
@@ -297,10 +298,14 @@ class Actions:
             return
         tasks = self._running_tasks(obj, spec, task_name or None)
         probes = {t: await self.pid1(target, t) for t in tasks}
+        # As in Nomad, a restart stops the task with its kill signal, as a stop would.
+        stop_with = {
+            t: canonical((spec.task(t) or spec.tasks[0]).kill_signal or "SIGTERM") for t in tasks
+        }
         term_at: dict[str, str] = {}
         stuck: list[str] = []
         for t, probe in probes.items():
-            where = pid1_rules.route(probe, pid1_rules.SIGTERM)
+            where = pid1_rules.route(probe, number(stop_with[t]))
             if where is None:
                 stuck.append(t)
             else:
@@ -309,7 +314,7 @@ class Actions:
             raise ActionError(
                 500,
                 "; ".join(
-                    f'cannot restart task "{t}" in place: {undeliverable("SIGTERM")}; '
+                    f'cannot restart task "{t}" in place: {undeliverable(stop_with[t])}; '
                     "or restart all tasks (AllTasks), which replaces the pod"
                     for t in stuck
                 ),
@@ -328,13 +333,13 @@ class Actions:
                 seen = observed.setdefault(t, {})
                 seen["userRestarts"] = int(seen.get("userRestarts", 0)) + 1
 
-        # Which run of each container gets the SIGTERM, read before it is sent: a quick exit
+        # Which run of each container gets the kill signal, read before it is sent: a quick exit
         # must not look like no exit to the escalation.
         before = await self.kube.get_pod(target.namespace, target.name)
         await self.update(target, expect)
         for index, t in enumerate(tasks):
             try:
-                await self.kill(target, t, "SIGTERM", term_at[t])
+                await self.kill(target, t, stop_with[t], term_at[t])
             except ActionError:
                 # Not sent: the next exits of this task and the ones after it are not restarts.
                 await self.update(target, _take_back_restarts(tasks[index:]))
@@ -342,34 +347,43 @@ class Actions:
             wait = (spec.task(t) or spec.tasks[0]).kill_timeout_seconds
             kill_at = pid1_rules.route(probes[t], pid1_rules.SIGKILL)
             run = _container_run(before, t)
-            escalation = asyncio.create_task(self._escalate(target, t, kill_at, wait, run))
+            escalation = asyncio.create_task(
+                self._escalate(target, t, sent=stop_with[t], kill_at=kill_at, wait=wait, run=run)
+            )
             self.escalations.add(escalation)
             escalation.add_done_callback(self.escalations.discard)
 
     async def _escalate(
-        self, target: Target, task: str, kill_at: str | None, wait: float, run: ContainerRun
+        self,
+        target: Target,
+        task: str,
+        *,
+        sent: str,
+        kill_at: str | None,
+        wait: float,
+        run: ContainerRun,
     ) -> None:
         """Force out a container that has not exited within its kill timeout.
 
         SIGKILL goes to the processes below PID 1; when there are none, it cannot reach PID 1
         from inside the container, so the pod is replaced (the kubelet kills from outside).
-        Nothing happens if the run that got the SIGTERM has ended meanwhile: restarted in
-        place, stopped (a batch task's exit 0), or its pod replaced.
+        Nothing happens if the run that got the kill signal (`sent`) has ended meanwhile:
+        restarted in place, stopped (a batch task's exit 0), or its pod replaced.
         """
         await asyncio.sleep(wait)
         now = _container_run(await self.kube.get_pod(target.namespace, target.name), task)
         if now is None or now != run:
             return
-        log.warning("task did not exit after SIGTERM", extra={"task": task})
+        log.warning("task did not exit after its kill signal", extra={"task": task, "signal": sent})
         if kill_at is None:
-            message = "Task did not exit after SIGTERM; replacing the pod"
+            message = f"Task did not exit after {sent}; replacing the pod"
         else:
             message = "Sent SIGKILL after kill timeout"
         event = task_event(
             "Killing",
             time.time_ns(),
             message,
-            killReason="restart: task did not exit after SIGTERM",
+            killReason=f"restart: task did not exit after {sent}",
         )
 
         def escalate(status: Json, _obj: Json) -> None:
