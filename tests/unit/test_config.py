@@ -262,12 +262,6 @@ ERRORS = [
 ]
 
 
-@pytest.mark.parametrize(("text", "expected"), ERRORS)
-def test_every_mistake_is_named(text: str, expected: str) -> None:
-    found = problems(text)
-    assert any(p.startswith(expected) for p in found), found
-
-
 ATTRIBUTE_INSTEAD_OF_BLOCK = [
     pytest.param(
         'controller = { name = "x" }',
@@ -362,8 +356,8 @@ BLOCK_SHAPE_MISTAKES = [
 ]
 
 
-@pytest.mark.parametrize(("text", "expected"), BLOCK_SHAPE_MISTAKES)
-def test_a_misshapen_block_or_field_is_named(text: str, expected: str) -> None:
+@pytest.mark.parametrize(("text", "expected"), ERRORS + BLOCK_SHAPE_MISTAKES)
+def test_every_mistake_is_named(text: str, expected: str) -> None:
     found = problems(text)
     assert any(p.startswith(expected) for p in found), found
 

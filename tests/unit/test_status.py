@@ -499,6 +499,12 @@ def test_stopped_allocation_keeps_the_killed_event_when_the_kubelet_reports_the_
     assert state["state"] == "dead" and state["failed"] is False
 
 
+def both_running(p_spec: AllocationSpec) -> dict[str, Any]:
+    """The status once the main task and the poststart task both run."""
+    both = pod([running("main", T0), running("announce", T0)])
+    return derive(p_spec, {"podCreated": True}, both, T0).status
+
+
 def poststart_spec(restart: dict[str, Any] | None = None) -> AllocationSpec:
     return spec(
         tasks=[
@@ -516,9 +522,7 @@ def poststart_spec(restart: dict[str, Any] | None = None) -> AllocationSpec:
 
 def test_a_run_once_poststart_task_completes_although_the_kubelet_reruns_it() -> None:
     p_spec = poststart_spec()
-    s = derive(
-        p_spec, {"podCreated": True}, pod([running("main", T0), running("announce", T0)]), T0
-    ).status
+    s = both_running(p_spec)
     ok = {"exitCode": 0, "finishedAt": rfc3339(T0 + NS)}
     for count in (1, 2, 3, 4):  # under Always the kubelet starts it again after each exit 0
         again = pod([running("main", T0), running("announce", T0 + (count + 1) * NS, count, ok)])
@@ -535,9 +539,7 @@ def test_a_run_once_poststart_task_completes_although_the_kubelet_reruns_it() ->
 
 def test_a_run_once_poststart_task_seen_exited_completes_at_once() -> None:
     p_spec = poststart_spec()
-    s = derive(
-        p_spec, {"podCreated": True}, pod([running("main", T0), running("announce", T0)]), T0
-    ).status
+    s = both_running(p_spec)
     exited = pod([running("main", T0), terminated("announce", 0, T0 + NS)])
     s = derive(p_spec, s, exited, T0 + 2 * NS).status
     assert s["taskStates"]["announce"]["state"] == "dead"
@@ -553,9 +555,7 @@ def test_a_run_once_poststart_task_seen_exited_completes_at_once() -> None:
 
 def test_a_failing_run_once_poststart_task_restarts_per_policy() -> None:
     p_spec = poststart_spec()
-    s = derive(
-        p_spec, {"podCreated": True}, pod([running("main", T0), running("announce", T0)]), T0
-    ).status
+    s = both_running(p_spec)
     bad = {"exitCode": 2, "finishedAt": rfc3339(T0 + NS)}
     s = derive(
         p_spec, s, pod([running("main", T0), running("announce", T0 + 2 * NS, 1, bad)]), T0 + 2 * NS
