@@ -203,8 +203,8 @@ def test_dead_leader_stops_its_siblings() -> None:
     assert decision.status["clientStatus"] == "complete"
 
 
-def test_prestart_task_completes_without_failing_the_group() -> None:
-    s = spec(
+def prestart_spec(restart: dict[str, Any] | None = None) -> AllocationSpec:
+    return spec(
         tasks=[
             {
                 "name": "init",
@@ -213,8 +213,13 @@ def test_prestart_task_completes_without_failing_the_group() -> None:
                 "lifecycle": {"hook": "prestart"},
             },
             {"name": "main", "driver": "docker", "config": {"image": "b"}},
-        ]
+        ],
+        restart=restart,
     )
+
+
+def test_prestart_task_completes_without_failing_the_group() -> None:
+    s = prestart_spec()
     p = pod([running("main", T0 + NS)], init=[terminated("init", 0, T0)])
     decision = derive(s, {"podCreated": True}, p, T0 + 2 * NS)
     assert decision.status["taskStates"]["init"]["state"] == "dead"
@@ -562,21 +567,6 @@ def test_a_failing_run_once_poststart_task_restarts_per_policy() -> None:
     ).status
     assert s["taskStates"]["announce"]["restarts"] == 1
     assert s["taskStates"]["announce"]["state"] == "running"
-
-
-def prestart_spec(restart: dict[str, Any]) -> AllocationSpec:
-    return spec(
-        tasks=[
-            {
-                "name": "init",
-                "driver": "docker",
-                "config": {"image": "a"},
-                "lifecycle": {"hook": "prestart"},
-            },
-            {"name": "main", "driver": "docker", "config": {"image": "b"}},
-        ],
-        restart=restart,
-    )
 
 
 def test_a_failing_prestart_task_restarts_per_the_group_policy() -> None:
