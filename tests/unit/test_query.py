@@ -100,6 +100,8 @@ def test_reverse_is_only_the_exact_word_true(value: str, expected: bool) -> None
         ("0", 300.0),  # zero means the default
         ("-5s", 300.0),  # so does a negative wait
         ("2562047h", 300.0),  # the largest hours Go's time.Duration holds: capped
+        ("2500000\u00b5s", 2.5),  # Go takes the micro sign
+        ("2500000\u03bcs", 2.5),  # and the Greek mu
     ],
 )
 def test_wait_defaults_and_cap(value: str, seconds: float) -> None:

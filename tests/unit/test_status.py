@@ -100,6 +100,9 @@ def test_container_restart_gives_terminated_with_exit_code_then_restarting() -> 
     terminated_event = state["events"][-3]
     assert terminated_event["exitCode"] == 3
     assert terminated_event["displayMessage"] == "Exit Code: 3"
+    restarting = state["events"][-2]
+    assert restarting["restartReason"] == "Restart within policy"
+    assert restarting["displayMessage"].startswith("Task restarting in "), "no reason prefix"
     assert state["restarts"] == 1
     assert state["lastRestart"] == rfc3339(T0 + 7 * NS)
     assert state["state"] == "running"
@@ -362,6 +365,9 @@ def test_user_restart_of_a_batch_task_that_exits_0_restarts_it_in_a_new_pod() ->
     assert decision.status["clientStatus"] != "complete"
     assert types(decision.status, "server")[-2:] == ["Terminated", "Restarting"]
     assert state["events"][-1]["restartReason"] == "User requested restart"
+    assert state["events"][-1]["displayMessage"] == (
+        "User requested restart - Task restarting in 0s"
+    ), "Nomad names any reason but the within-policy one before the delay"
     assert state["restarts"] == 1 and state["state"] == "pending" and not state["failed"]
     assert decision.delete_pod, "the kubelet will not run it again: replace the pod"
     assert decision.status["observed"]["server"].get("userRestarts", 0) == 0

@@ -43,6 +43,7 @@ MAX_EVENTS = 10
 #: Kubernetes Event UIDs remembered per allocation; older Events are covered by a time mark.
 MAX_SEEN_EVENTS = 50
 USER_RESTART = "User requested restart"
+WITHIN_POLICY = "Restart within policy"
 NS = 1_000_000_000
 
 PENDING, RUNNING, DEAD = "pending", "running", "dead"
@@ -373,7 +374,7 @@ class _Derivation:
             self.decision.delete_pod = True
             return
         seen["restartTimes"] = [*history, self.now]
-        reason = "Restart within policy" if allowed else "Exceeded allowed attempts, delaying"
+        reason = WITHIN_POLICY if allowed else "Exceeded allowed attempts, delaying"
         self.restarting(task, reason)
 
     def exited(self, task: Task, terminated: Mapping[str, Any]) -> None:
@@ -394,10 +395,13 @@ class _Derivation:
 
     def restarting(self, task: Task, reason: str, delay: float | None = None) -> None:
         delay = self.policy.delay_seconds if delay is None else delay
+        display = f"Task restarting in {_duration_text(delay)}"
+        if reason != WITHIN_POLICY:  # Nomad names every other reason before the delay
+            display = f"{reason} - {display}"
         self.add(
             task.name,
             "Restarting",
-            f"Task restarting in {_duration_text(delay)}",
+            display,
             restartReason=reason,
             startDelay=int(delay * NS),
         )
