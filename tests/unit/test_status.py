@@ -472,6 +472,20 @@ def test_batch_with_a_poststart_sidecar_completes_when_the_main_task_does() -> N
     assert types(after, "proxy") == types(status, "proxy")
 
 
+def test_a_batch_poststart_sidecar_that_exits_0_is_dead_and_the_main_task_runs_on() -> None:
+    """The kubelet (`OnFailure`) leaves it stopped where Nomad would restart it (README)."""
+    s_spec = sidecar_spec("poststart")
+    both = batch_pod([running("main", T0), running("proxy", T0)])
+    s = derive(s_spec, {"podCreated": True}, both, T0).status
+    proxy_done = batch_pod([running("main", T0), terminated("proxy", 0, T0 + NS)])
+    decision = derive(s_spec, s, proxy_done, T0 + 2 * NS)
+    proxy = decision.status["taskStates"]["proxy"]
+    assert proxy["state"] == "dead" and proxy["failed"] is False
+    assert types(decision.status, "proxy")[-1] == "Terminated"
+    assert decision.status["clientStatus"] == "running"
+    assert not decision.delete_pod
+
+
 @pytest.mark.parametrize("sidecar_first", [True, False])
 def test_batch_with_a_prestart_sidecar_the_kubelet_stops_completes(sidecar_first: bool) -> None:
     """A native sidecar stopped by the kubelet after the main containers is killed, not failed,
