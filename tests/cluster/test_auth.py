@@ -28,6 +28,7 @@ from __future__ import annotations
 import base64
 import json
 import secrets
+import threading
 import time
 import urllib.error
 import urllib.parse
@@ -47,6 +48,7 @@ from running_operator import (
     REPO,
     Operator,
     eventually,
+    http,
     install,
     service_account_kubeconfig,
 )
@@ -638,6 +640,67 @@ def test_a_cluster_wide_grant_sees_every_namespace(world: World) -> None:
     every = namespaces_listed(world, "admin", ALL_NAMESPACES)
     assert every.status == 200
     assert {s["Namespace"] for s in every.json()} == {world.a, world.b}
+
+
+def test_a_blocking_every_namespace_list_wakes_with_a_readable_namespaces_first_allocation(
+    world: World, tmp_path: Path
+) -> None:
+    """A namespace the caller may read but that holds no allocation is not weighed when a
+    blocking `namespace=*` list parks; its first allocation must still wake the list and be in
+    the answer, or the answer's index would cover an allocation the caller never sees. The
+    namespace and the replica watching it are the test's own (the module's `acl` replica
+    watches a fixed set)."""
+    k, late = world.kubectl, f"auth-late-{uuid.uuid4().hex[:6]}"
+    assert world.sa_kubeconfig is not None
+    replica = Operator(tmp_path, world.sa_kubeconfig, acl=True, namespaces=(late,))
+    try:
+        k("create", "namespace", late)
+        wait_namespace(k, late)
+        k("create", "serviceaccount", "reader", "-n", late)
+        k(
+            "create",
+            "rolebinding",
+            "reader",
+            "--clusterrole=allocbridge-reader",
+            f"--serviceaccount={late}:reader",
+            "-n",
+            late,
+        )
+        subject = f"system:serviceaccount:{late}:reader"
+        eventually(
+            partial(can_i, k, subject, "read-job", late),
+            timeout=60,
+            what=f"RBAC to let {subject} read-job in {late}",
+        )
+        token = create_token(k, late, "reader")
+        replica.start()
+        every = f"{replica.api}/v1/allocations?namespace={ALL_NAMESPACES}"
+        status, body, headers = http(every, token=token)
+        assert (status, body) == (200, b"[]")
+        index = int(headers["X-Nomad-Index"])
+
+        answers: list[tuple[int, bytes, dict[str, str]]] = []
+        wait = 20
+        parked = threading.Thread(
+            target=lambda: answers.append(http(f"{every}&index={index}&wait={wait}s", token=token)),
+            daemon=True,
+        )
+        parked.start()
+        time.sleep(0.3)  # parked before the allocation is created
+        assert not answers, "the list did not park"
+        started = time.monotonic()
+        k.apply(alloc_manifest(late, "first", "docker"))
+        parked.join(timeout=10)
+        assert answers, f"the first allocation left the list parked (10 s of its {wait} s)"
+        assert time.monotonic() - started < wait
+        status, body, headers = answers[0]
+        assert status == 200, body
+        assert int(headers["X-Nomad-Index"]) > index
+        uid = k.json("get", "allocation", "first", "-n", late)["metadata"]["uid"]
+        assert [(s["ID"], s["Namespace"]) for s in json.loads(body)] == [(uid, late)]
+    finally:
+        replica.stop()
+        k("delete", "namespace", late, "--wait=false", "--ignore-not-found", check=False)
 
 
 async def test_every_namespace_without_configured_namespaces_lists_them(world: World) -> None:

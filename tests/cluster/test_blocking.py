@@ -3,11 +3,13 @@
 The store's index is global, as Nomad's table index is, so other suites' clean-up (namespaces
 being deleted) can move it too. Each check therefore names the change it is about by its
 resourceVersion: a parked query that answers with another index was woken by something else,
-and parks again from there.
+and parks again from there. A read of one allocation waits on its ModifyIndex instead, which
+only that allocation and its pod move.
 """
 
 from __future__ import annotations
 
+import json
 import threading
 import time
 from collections.abc import Callable
@@ -20,6 +22,8 @@ pytestmark = pytest.mark.cluster
 
 #: Tries when unrelated changes keep waking the parked query.
 TRIES = 10
+#: Seconds a parked query waits (Nomad adds up to 1/16 more as jitter).
+WAIT = 20
 
 
 def index_now(operator: Operator) -> int:
@@ -42,15 +46,20 @@ def quiet_index(operator: Operator) -> int:
 
 
 class Parked:
-    """One blocking list query from `since`, answered on a thread."""
+    """One blocking query of `path` (the list of every namespace unless given) from `since`,
+    answered on a thread: the index it answered with, and its body."""
 
-    def __init__(self, operator: Operator, since: int) -> None:
+    def __init__(
+        self, operator: Operator, since: int, path: str = "/v1/allocations?namespace=*"
+    ) -> None:
         self.answered: int | None = None
-        url = f"{operator.api}/v1/allocations?namespace=*&index={since}&wait=20s"
+        self.body: Any = None
+        url = f"{operator.api}{path}{'&' if '?' in path else '?'}index={since}&wait={WAIT}s"
 
         def ask() -> None:
-            code, _, headers = http(url)
+            code, body, headers = http(url)
             assert code == 200
+            self.body = json.loads(body)
             self.answered = int(headers["X-Nomad-Index"])
 
         self.thread = threading.Thread(target=ask, daemon=True)
@@ -100,3 +109,62 @@ def test_a_pod_change_the_api_does_not_show_leaves_parked_queries_parked(
 
     assert not woken_by(operator, lambda: annotate("pod")), "a pod annotation woke a parked query"
     assert woken_by(operator, lambda: annotate("allocation")), "a change of the allocation did not"
+
+
+def test_a_blocking_read_of_one_allocation_wakes_when_its_pod_gets_a_new_address(
+    operator: Operator, kubectl: Any, namespace: str
+) -> None:
+    """The pod's address shows in the allocation (NetworkStatus) but the reconciler never
+    writes it into the Allocation, so the read can wake only because ModifyIndex follows the
+    pod's revision, as a Nomad client's update moves it."""
+    kubectl.apply(quick_allocation("addressed", namespace))
+    listed = eventually(
+        lambda: [
+            a
+            for a in operator.get(f"/v1/allocations?namespace={namespace}")
+            if a["ClientStatus"] == "running"
+        ],
+        what="the API to show addressed running",
+    )
+    path = f"/v1/allocation/{listed[0]['ID']}"
+
+    def settled() -> Any:
+        """The allocation once it shows an address and its ModifyIndex stood still a second."""
+        before = operator.get(path)
+        time.sleep(1.0)
+        after = operator.get(path)
+        return after if after == before and after["NetworkStatus"] else None
+
+    shown = eventually(settled, what="the allocation to settle with an address")
+    old_address = shown["NetworkStatus"]["Address"]
+    new_address = "10.244.255.254" if old_address != "10.244.255.254" else "10.244.255.253"
+    allocation_version = kubectl.json("get", "allocation", "addressed", "-n", namespace)[
+        "metadata"
+    ]["resourceVersion"]
+
+    parked = Parked(operator, shown["ModifyIndex"], path)
+    time.sleep(0.3)  # parked before the pod changes
+    assert parked.answer(0) is None, "the settled allocation's read did not park"
+    started = time.monotonic()
+    pod = kubectl.json(
+        "patch",
+        "pod",
+        "addressed",
+        "-n",
+        namespace,
+        "--subresource=status",
+        "--type=merge",
+        "-p",
+        json.dumps({"status": {"podIP": new_address, "podIPs": [{"ip": new_address}]}}),
+    )
+    pod_version = int(pod["metadata"]["resourceVersion"])
+
+    answered = parked.answer(5.0)
+    assert answered is not None, f"the new address left the read parked (5 s of its {WAIT} s)"
+    assert time.monotonic() - started < WAIT
+    assert answered == parked.body["ModifyIndex"] == pod_version > shown["ModifyIndex"]
+    assert parked.body["NetworkStatus"]["Address"] == new_address
+    unchanged = kubectl.json("get", "allocation", "addressed", "-n", namespace)
+    assert unchanged["metadata"]["resourceVersion"] == allocation_version, (
+        "the Allocation changed too, so this does not show the pod alone waking the read"
+    )
