@@ -9,7 +9,6 @@ from __future__ import annotations
 import json
 import subprocess
 import threading
-import time
 from pathlib import Path
 from typing import Any
 
@@ -249,11 +248,47 @@ def test_batch_with_a_poststart_sidecar_completes_with_its_main_task(
     eventually(lambda: not pods_of(kubectl, namespace), what="the sidecar's pod to be deleted")
 
 
+def test_a_batch_poststart_sidecar_runs_again_after_exit_0(
+    operator: Operator, cluster: Any, kubectl: Any, namespace: str
+) -> None:
+    """Nomad restarts a sidecar whatever its exit code; the pod is `OnFailure`, so the
+    container carries its own `Always` (Kubernetes 1.35+), and the restart counts."""
+    tasks: list[dict[str, Any]] = [
+        {"name": "main", "driver": "docker", "config": {"image": "a"}},
+        {
+            "name": "proxy",
+            "driver": "docker",
+            "config": {"image": "b"},
+            "lifecycle": {"hook": "poststart", "sidecar": True},
+        },
+    ]
+    kubectl.apply(alloc_manifest("resided", namespace, job_type="batch", tasks=tasks))
+    wait_status(kubectl, namespace, "resided", "running")
+    own = {
+        c["name"]: c.get("restartPolicy")
+        for c in kubectl.json("get", "pod", "resided", "-n", namespace)["spec"]["containers"]
+    }
+    assert own == {"main": None, "proxy": "Always"}
+    cluster.container_exit(namespace, "resided", "proxy", 0)
+    state = eventually(
+        lambda: (
+            (s := status(kubectl, namespace, "resided"))["taskStates"]["proxy"]["restarts"] == 1
+            and s["taskStates"]["proxy"]["state"] == "running"
+            and s
+        ),
+        what="the sidecar to run again",
+    )
+    assert event_types(state, "proxy")[-3:] == ["Terminated", "Restarting", "Started"]
+    assert state["taskStates"]["proxy"]["events"][-2]["restartReason"] == "Restart within policy"
+    assert state["taskStates"]["main"]["state"] == "running"
+    assert state["clientStatus"] == "running"
+
+
 def test_a_run_once_poststart_task_completes_in_a_service(
     operator: Operator, cluster: Any, kubectl: Any, namespace: str
 ) -> None:
-    """Under Always the kubelet runs the poststart container again after its exit 0; those
-    runs are not restarts, and the restart policy (one attempt here) is not spent on them."""
+    """Nomad runs it once: the pod is `Always`, so the container carries its own `OnFailure`
+    (Kubernetes 1.35+) and its exit 0 ends it, with the restart policy (one attempt) unspent."""
     restart = {"attempts": 1, "interval": "10m", "delay": "1s", "mode": "fail"}
     tasks: list[dict[str, Any]] = [
         {"name": "main", "driver": "docker", "config": {"image": "a"}},
@@ -266,15 +301,17 @@ def test_a_run_once_poststart_task_completes_in_a_service(
     ]
     kubectl.apply(alloc_manifest("announced", namespace, restart=restart, tasks=tasks))
     wait_status(kubectl, namespace, "announced", "running")
-    for count in (1, 2, 3):
-        cluster.container_exit(namespace, "announced", "announce", 0)
+    cluster.container_exit(namespace, "announced", "announce", 0)
 
-        def rerun(c: int = count) -> bool:
-            pod = kubectl.json("get", "pod", "announced", "-n", namespace)
-            found = [s for s in pod["status"]["containerStatuses"] if s["name"] == "announce"]
-            return bool(found and found[0]["restartCount"] == c and "running" in found[0]["state"])
+    def announce_container() -> dict[str, Any]:
+        pod = kubectl.json("get", "pod", "announced", "-n", namespace)
+        return next(s for s in pod["status"]["containerStatuses"] if s["name"] == "announce")
 
-        eventually(rerun, what=f"the kubelet's rerun {count}")
+    ended = eventually(
+        lambda: (c := announce_container())["state"].get("terminated") and c,
+        what="the poststart container to stay terminated",
+    )
+    assert ended["restartCount"] == 0 and ended["state"]["terminated"]["exitCode"] == 0
     state = eventually(
         lambda: (
             (s := status(kubectl, namespace, "announced"))["taskStates"]["announce"]["state"]
@@ -283,12 +320,11 @@ def test_a_run_once_poststart_task_completes_in_a_service(
         ),
         what="the poststart task to be complete",
     )
-    time.sleep(1)  # the reruns' passes have run
-    state = status(kubectl, namespace, "announced")
     announce = state["taskStates"]["announce"]
     assert announce["failed"] is False and announce["restarts"] == 0
     assert "Not Restarting" not in event_types(state, "announce")
     assert state["clientStatus"] == "running"
+    assert announce_container()["restartCount"] == 0, "the kubelet ran it again"
     assert len(pods_of(kubectl, namespace)) == 1
 
 

@@ -19,6 +19,7 @@ from allocbridge.model.pods import (
     ProbeAssignment,
     container_resources,
     cpu_millicores,
+    honours_container_restart_policies,
     label_value,
     nomad_interpolation,
     pod_restart_policy,
@@ -174,6 +175,57 @@ def test_lifecycle_hooks_place_tasks_as_init_sidecar_and_regular_containers() ->
     assert init == [("side", "Always"), ("init", None)]
     assert [c["name"] for c in pod_spec["containers"]] == ["main", "after", "after-side"]
     assert all("restartPolicy" not in c for c in pod_spec["containers"])
+
+
+LIFECYCLE_TASKS = (
+    task("main"),
+    task("after", lifecycle={"hook": "poststart"}),
+    task("after-side", lifecycle={"hook": "poststart", "sidecar": True}),
+)
+HONOURED = PodSettings(container_restart_policies=True)
+
+
+@pytest.mark.parametrize(
+    ("job_type", "pod_policy", "own"),
+    [
+        # A run-once poststart task ends at its exit 0; a sidecar runs again whatever its code.
+        ("service", "Always", {"main": None, "after": "OnFailure", "after-side": None}),
+        ("batch", "OnFailure", {"main": None, "after": None, "after-side": "Always"}),
+    ],
+)
+def test_poststart_containers_get_their_own_restart_policy_where_the_pods_is_wrong(
+    job_type: str, pod_policy: str, own: dict[str, str | None]
+) -> None:
+    spec = spec_of(*LIFECYCLE_TASKS, job={"id": "web", "type": job_type})
+    pod_spec = pod_of(spec, HONOURED)["spec"]
+    assert pod_spec["restartPolicy"] == pod_policy
+    assert {c["name"]: c.get("restartPolicy") for c in pod_spec["containers"]} == own
+
+
+@pytest.mark.parametrize("job_type", ["service", "batch"])
+def test_no_container_restart_policy_where_the_cluster_does_not_honour_it(job_type: str) -> None:
+    """Kubernetes before 1.35 refuses a regular container's restartPolicy."""
+    spec = spec_of(*LIFECYCLE_TASKS, job={"id": "web", "type": job_type})
+    assert all("restartPolicy" not in c for c in pod_of(spec)["spec"]["containers"])
+
+
+@pytest.mark.parametrize(
+    ("major", "minor", "honoured"),
+    [
+        ("1", "35", True),
+        ("1", "36", True),
+        ("1", "35+", True),  # as some providers spell it
+        ("2", "0", True),
+        ("1", "34", False),
+        ("1", "29+", False),
+        ("", "", False),
+        ("1", "x", False),
+    ],
+)
+def test_container_restart_policies_from_the_server_version(
+    major: str, minor: str, honoured: bool
+) -> None:
+    assert honours_container_restart_policies(major, minor) is honoured
 
 
 def test_pod_without_prestart_tasks_has_no_init_containers() -> None:

@@ -297,7 +297,7 @@ def test_simulation_reads_what_the_standin_wrote(standins: Path, sandbox: Path) 
 
 def test_restart_rules() -> None:
     now = "2026-01-01T00:00:00Z"
-    pod = {
+    pod: dict[str, Any] = {
         "spec": {"restartPolicy": "Never", "containers": [{"name": "a"}, {"name": "b"}]},
         "status": {
             "phase": "Running",
@@ -332,3 +332,10 @@ def test_restart_rules() -> None:
     b = restarted["containerStatuses"][1]
     assert b["restartCount"] == 1 and b["state"] == {"running": {"startedAt": now}}
     assert b["lastState"]["terminated"]["reason"] == "Completed"
+    # A regular container's own restartPolicy overrides the pod's, as a kubelet 1.35+ does.
+    pod["spec"]["containers"][1]["restartPolicy"] = "OnFailure"
+    left = container_ended(pod, "b", 0, None, now)
+    assert left is not None and left["phase"] == "Running"
+    assert left["containerStatuses"][1]["state"]["terminated"]["exitCode"] == 0
+    failed = container_ended(pod, "b", 1, None, now)
+    assert failed is not None and failed["containerStatuses"][1]["restartCount"] == 1

@@ -473,7 +473,8 @@ def test_batch_with_a_poststart_sidecar_completes_when_the_main_task_does() -> N
 
 
 def test_a_batch_poststart_sidecar_that_exits_0_is_dead_and_the_main_task_runs_on() -> None:
-    """The kubelet (`OnFailure`) leaves it stopped where Nomad would restart it (README)."""
+    """On a cluster without container restart policies the kubelet (`OnFailure`) leaves it
+    stopped where Nomad would restart it (README)."""
     s_spec = sidecar_spec("poststart")
     both = batch_pod([running("main", T0), running("proxy", T0)])
     s = derive(s_spec, {"podCreated": True}, both, T0).status
@@ -484,6 +485,32 @@ def test_a_batch_poststart_sidecar_that_exits_0_is_dead_and_the_main_task_runs_o
     assert types(decision.status, "proxy")[-1] == "Terminated"
     assert decision.status["clientStatus"] == "running"
     assert not decision.delete_pod
+
+
+def test_a_batch_poststart_sidecar_with_its_own_always_policy_restarts_after_exit_0() -> None:
+    """Where the pod carries the container's own `Always`, the kubelet runs the sidecar again
+    after its exit 0, and Nomad counts that restart against the policy."""
+    s_spec = sidecar_spec("poststart")
+
+    def own_always(containers: list[dict[str, Any]]) -> dict[str, Any]:
+        p = batch_pod(containers)
+        p["spec"]["containers"] = [{"name": "main"}, {"name": "proxy", "restartPolicy": "Always"}]
+        return p
+
+    s = derive(
+        s_spec, {"podCreated": True}, own_always([running("main", T0), running("proxy", T0)]), T0
+    ).status
+    between = own_always([running("main", T0), terminated("proxy", 0, T0 + NS)])
+    s = derive(s_spec, s, between, T0 + 2 * NS).status
+    assert s["taskStates"]["proxy"]["state"] != "dead", "the kubelet starts it again"
+    ok = {"exitCode": 0, "finishedAt": rfc3339(T0 + NS)}
+    again = own_always([running("main", T0), running("proxy", T0 + 3 * NS, 1, ok)])
+    s = derive(s_spec, s, again, T0 + 3 * NS).status
+    proxy = s["taskStates"]["proxy"]
+    assert types(s, "proxy")[-3:] == ["Terminated", "Restarting", "Started"]
+    assert proxy["events"][-2]["restartReason"] == "Restart within policy"
+    assert proxy["state"] == "running" and proxy["restarts"] == 1
+    assert s["clientStatus"] == "running"
 
 
 @pytest.mark.parametrize("sidecar_first", [True, False])

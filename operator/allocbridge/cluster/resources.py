@@ -146,6 +146,11 @@ class Kube:
             raise
         return True
 
+    async def server_version(self) -> tuple[str, str]:
+        """The API server's (major, minor), as `/version` spells them (`minor` may be `35+`)."""
+        info = await raw_json(client.VersionApi(self.api).get_code(_preload_content=False))
+        return str(info.get("major", "")), str(info.get("minor", ""))
+
     async def node_uid(self, name: str) -> str | None:
         try:
             node = await raw_json(self.core.read_node(name, _preload_content=False))

@@ -17,7 +17,8 @@ A container's main process ends by these rules:
   consumed; `LocalCluster.container_exit` writes it atomically).
 
 An end is written into the pod status as a kubelet would: with restartPolicy Always (or
-OnFailure and a non-zero code, or a sidecar init container) the container restarts at once
+OnFailure and a non-zero code, or a sidecar init container) the container restarts at once;
+a regular container's own restartPolicy, as a kubelet 1.35+ honours it, overrides the pod's
 (restartCount + 1, lastState.terminated {exitCode, signal, reason Error/Completed,
 startedAt, finishedAt}, state.running {startedAt now}; no crash-loop back-off); otherwise it
 stays terminated, the pod's Ready and ContainersReady become False and, once every regular
@@ -234,7 +235,11 @@ def container_ended(
     }
     if signum:
         terminated["signal"] = signum
-    policy = spec.get("restartPolicy") or "Always"
+    own = next(
+        (c.get("restartPolicy") for c in spec.get("containers") or [] if c["name"] == container),
+        None,
+    )
+    policy = own or spec.get("restartPolicy") or "Always"
     if container in sidecars or policy == "Always" or (policy == "OnFailure" and exit_code):
         current["restartCount"] = int(current.get("restartCount") or 0) + 1
         current["lastState"] = {"terminated": terminated}

@@ -25,10 +25,17 @@ A failing ephemeral prestart task is retried in place too (init containers run u
 succeed), so it counts against the policy like any task. Once every task but the sidecars has
 ended, the operator records the sidecars killed (`Killing`, `allocbridge.model.status`)
 and deletes the pod: poststart sidecars are regular containers the kubelet would keep running
-(it stops native sidecars by itself once the regular containers end). One gap: under `Always`,
-an ephemeral poststart task that exits 0 is started again by the kubelet (with its back-off);
-the operator records that first successful exit as the task's completion and ignores the
-reruns, but the command does run again.
+(it stops native sidecars by itself once the regular containers end).
+
+Where the pod's policy is wrong for one poststart task, the container gets its own
+`restartPolicy`, on clusters that honour it for regular containers (Kubernetes 1.35 and later,
+`ContainerRestartRules`; `PodSettings.container_restart_policies`): a run-once poststart task
+of a service job `OnFailure`, so its exit 0 ends it, and a poststart sidecar of a batch job
+`Always`, since Nomad restarts sidecars whatever their exit code. On older clusters, under
+`Always`, an ephemeral poststart task that exits 0 is started again by the kubelet (with its
+back-off): the operator records that first exit as the task's completion and ignores the
+reruns, but the command does run again; and a batch job's poststart sidecar that exits 0
+stays stopped.
 
 Resources: Nomad CPU MHz become millicores at `PodSettings.mhz_per_cpu` MHz per CPU (default
 1000, so 100 MHz = 100m) as the request; no CPU limit unless `cpu_limit_factor` is set, since
@@ -115,6 +122,9 @@ class PodSettings:
     reserved_ports_as_host_ports: bool = False
     #: Mount Nomad's shared `/alloc` and per-task `/local` directories as emptyDir volumes.
     task_dirs: bool = True
+    #: The cluster honours a regular container's own `restartPolicy` (see the module
+    #: docstring); set from the API server's version when the operator starts.
+    container_restart_policies: bool = False
 
     def __post_init__(self) -> None:
         if self.mhz_per_cpu <= 0:
@@ -149,6 +159,33 @@ def owning_allocation(pod: Mapping[str, Any]) -> str | None:
 def pod_restart_policy(spec: AllocationSpec) -> str:
     """`OnFailure` for batch-like jobs (exit 0 completes), `Always` otherwise."""
     return "OnFailure" if spec.job.is_batch else "Always"
+
+
+def container_restart_policy(
+    spec: AllocationSpec, task: Task, settings: PodSettings = DEFAULT_SETTINGS
+) -> str | None:
+    """The container's own `restartPolicy`, where the pod's is wrong for the task: native
+    sidecars always; poststart tasks whose exit 0 Nomad treats otherwise than the pod would,
+    where the cluster honours it (see the module docstring)."""
+    if task.hook == "prestart":
+        return "Always" if task.is_sidecar else None
+    if task.hook != "poststart" or not settings.container_restart_policies:
+        return None
+    wanted = "Always" if task.is_sidecar else "OnFailure"
+    return wanted if wanted != pod_restart_policy(spec) else None
+
+
+#: The first Kubernetes release whose API server and kubelet honour a regular container's own
+#: `restartPolicy` by default (`ContainerRestartRules`, beta); older ones refuse or drop it.
+CONTAINER_RESTART_POLICIES_SINCE: Final = (1, 35)
+
+
+def honours_container_restart_policies(major: str, minor: str) -> bool:
+    """From the API server's `/version` (`minor` may carry a suffix, as in `35+`)."""
+    digits = re.match(r"\d+", minor)
+    if not major.isdigit() or digits is None:
+        return False
+    return (int(major), int(digits.group())) >= CONTAINER_RESTART_POLICIES_SINCE
 
 
 def cpu_millicores(mhz: int, settings: PodSettings = DEFAULT_SETTINGS) -> int:
@@ -367,7 +404,7 @@ def render_container(
     probe: dict[str, Any] | None = None,
     ports: tuple[ResolvedPort, ...] = (),
 ) -> dict[str, Any]:
-    """One task as a container (without the sidecar `restartPolicy`, which `render_pod` adds)."""
+    """One task as a container (without its own `restartPolicy`, which `render_pod` adds)."""
     container: dict[str, Any] = {"name": task.name, **_command_and_args(task, settings)}
     if settings.image_pull_policy:
         container["imagePullPolicy"] = settings.image_pull_policy
@@ -426,8 +463,8 @@ def render_pod(
             probe=plan[task.name][1] if task.name in plan else None,
             ports=ports if port_owner is not None and task.name == port_owner.name else (),
         )
-        if task.is_sidecar and task.hook == "prestart":
-            rendered["restartPolicy"] = "Always"
+        if (policy := container_restart_policy(spec, task, settings)) is not None:
+            rendered["restartPolicy"] = policy
         return rendered
 
     labels = {

@@ -171,18 +171,29 @@ def _restart_allowed(
     return len(recent) < policy.attempts, recent
 
 
-def _kubelet_restarts(task: Task, exit_code: int, pod_policy: str) -> bool:
+def _kubelet_restarts(task: Task, exit_code: int, policy: str) -> bool:
     """Whether the kubelet runs the task's container again in place after this exit: native
     sidecars whatever the code, other init containers until they succeed, regular containers
-    as the pod's `restartPolicy` says."""
+    as their `restartPolicy` (`_restart_policy`) says."""
     if task.hook == "prestart":
-        return task.is_sidecar or (exit_code != 0 and pod_policy != "Never")
-    return pod_policy == "Always" or (pod_policy == "OnFailure" and exit_code != 0)
+        return task.is_sidecar or (exit_code != 0 and policy != "Never")
+    return policy == "Always" or (policy == "OnFailure" and exit_code != 0)
+
+
+def _restart_policy(pod: Mapping[str, Any], container: str) -> str:
+    """The container's restart policy: its own where the pod carries one (the API server drops
+    it where the cluster does not honour it), else the pod's."""
+    spec = pod.get("spec") or {}
+    for c in (*(spec.get("initContainers") or ()), *(spec.get("containers") or ())):
+        if c.get("name") == container and c.get("restartPolicy"):
+            return str(c["restartPolicy"])
+    return str(spec.get("restartPolicy") or "Always")
 
 
 def _completes(task: Task, exit_code: int) -> bool:
     """Whether this exit ends a run-once lifecycle task for good, as in Nomad, even if the
-    kubelet runs its container again (a poststart task under `Always`)."""
+    kubelet runs its container again (a poststart task under `Always`, where the cluster does
+    not honour the container's own `OnFailure`: `pods.container_restart_policy`)."""
     return task.lifecycle is not None and not task.is_sidecar and exit_code == 0
 
 
@@ -315,7 +326,6 @@ class _Derivation:
 
     def follow_containers(self, pod: Mapping[str, Any]) -> None:
         statuses = _container_statuses(pod)
-        pod_policy = (pod.get("spec") or {}).get("restartPolicy", "Always")
         for task in self.spec.tasks:
             container = statuses.get(task.name)
             if container is None:
@@ -338,7 +348,7 @@ class _Derivation:
                     self.tasks.set(task.name, state=RUNNING, startedAt=rfc3339(started))
                     self.add(task.name, "Started", "Task started by client", started)
             elif "terminated" in state:
-                self.terminated(task, state["terminated"], pod_policy)
+                self.terminated(task, state["terminated"], _restart_policy(pod, task.name))
             elif "waiting" in state and self.tasks.state(task.name) != DEAD:
                 self.waiting(task, state["waiting"])
 
@@ -425,7 +435,7 @@ class _Derivation:
         seen["userRestarts"] = int(seen["userRestarts"]) - 1
         return True
 
-    def terminated(self, task: Task, terminated: Mapping[str, Any], pod_policy: str) -> None:
+    def terminated(self, task: Task, terminated: Mapping[str, Any], policy: str) -> None:
         """A container that stopped and has not run again (yet)."""
         finished = parse_time_ns(terminated.get("finishedAt")) or self.now
         seen = self.seen(task.name)
@@ -446,9 +456,7 @@ class _Derivation:
             self.exited(task, terminated)
             return
         user = int(seen.get("userRestarts", 0)) > 0
-        if _kubelet_restarts(task, exit_code, pod_policy) and (
-            user or not _completes(task, exit_code)
-        ):
+        if _kubelet_restarts(task, exit_code, policy) and (user or not _completes(task, exit_code)):
             return  # it runs again in place; the restart count will show it
         seen["finishedAt"] = finished
         self.exited(task, terminated)

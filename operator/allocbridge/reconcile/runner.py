@@ -13,6 +13,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import threading
+from dataclasses import replace
 from typing import Any
 
 import kopf
@@ -22,7 +23,13 @@ from allocbridge.actions.lifecycle import Actions
 from allocbridge.cluster.connection import Credentials
 from allocbridge.cluster.resources import GROUP, PLURAL, VERSION, Kube
 from allocbridge.config import KubernetesSettings
-from allocbridge.model.pods import LABEL_MANAGED_BY, MANAGED_BY, PodSettings, owning_allocation
+from allocbridge.model.pods import (
+    LABEL_MANAGED_BY,
+    MANAGED_BY,
+    PodSettings,
+    honours_container_restart_policies,
+    owning_allocation,
+)
 from allocbridge.reconcile.allocations import Reconciler
 
 log = logging.getLogger(__name__)
@@ -47,8 +54,12 @@ def build_registry(credentials: Credentials, settings: KubernetesSettings) -> ko
     async def startup(**_: Any) -> None:
         api = credentials.api_client()
         state["api"] = api
-        actions = Actions(Kube(api), credentials.configuration())
-        state["reconciler"] = Reconciler(Kube(api), pod_settings, actions)
+        kube = Kube(api)
+        honoured = honours_container_restart_policies(*await kube.server_version())
+        log.info("pods rendered", extra={"container_restart_policies": honoured})
+        rendering = replace(pod_settings, container_restart_policies=honoured)
+        actions = Actions(kube, credentials.configuration())
+        state["reconciler"] = Reconciler(kube, rendering, actions)
 
     @kopf.on.startup(registry=registry)
     async def peer_cluster_wide(settings: kopf.OperatorSettings, **_: Any) -> None:
