@@ -225,19 +225,22 @@ def test_dead_leader_stops_its_siblings(
     assert state["taskStates"]["helper"]["state"] == "dead"
 
 
+#: A main task and a poststart sidecar.
+SIDECAR_TASKS: list[dict[str, Any]] = [
+    {"name": "main", "driver": "docker", "config": {"image": "a"}},
+    {
+        "name": "proxy",
+        "driver": "docker",
+        "config": {"image": "b"},
+        "lifecycle": {"hook": "poststart", "sidecar": True},
+    },
+]
+
+
 def test_batch_with_a_poststart_sidecar_completes_with_its_main_task(
     operator: Operator, cluster: Any, kubectl: Any, namespace: str
 ) -> None:
-    tasks: list[dict[str, Any]] = [
-        {"name": "main", "driver": "docker", "config": {"image": "a"}},
-        {
-            "name": "proxy",
-            "driver": "docker",
-            "config": {"image": "b"},
-            "lifecycle": {"hook": "poststart", "sidecar": True},
-        },
-    ]
-    kubectl.apply(alloc_manifest("sided", namespace, job_type="batch", tasks=tasks))
+    kubectl.apply(alloc_manifest("sided", namespace, job_type="batch", tasks=SIDECAR_TASKS))
     wait_status(kubectl, namespace, "sided", "running")
     cluster.container_exit(namespace, "sided", "main", 0)
     state = wait_status(kubectl, namespace, "sided", "complete")
@@ -253,16 +256,7 @@ def test_a_batch_poststart_sidecar_runs_again_after_exit_0(
 ) -> None:
     """Nomad restarts a sidecar whatever its exit code; the pod is `OnFailure`, so the
     container carries its own `Always` (Kubernetes 1.35+), and the restart counts."""
-    tasks: list[dict[str, Any]] = [
-        {"name": "main", "driver": "docker", "config": {"image": "a"}},
-        {
-            "name": "proxy",
-            "driver": "docker",
-            "config": {"image": "b"},
-            "lifecycle": {"hook": "poststart", "sidecar": True},
-        },
-    ]
-    kubectl.apply(alloc_manifest("resided", namespace, job_type="batch", tasks=tasks))
+    kubectl.apply(alloc_manifest("resided", namespace, job_type="batch", tasks=SIDECAR_TASKS))
     wait_status(kubectl, namespace, "resided", "running")
     own = {
         c["name"]: c.get("restartPolicy")
