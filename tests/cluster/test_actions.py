@@ -285,6 +285,9 @@ def test_restart_a_task_in_place_without_using_the_restart_policy(
     assert [r.signal for r in cluster.signals(namespace, "rs", "main")] == ["TERM", "TERM"]
     kinds = events(kubectl, namespace, "rs", "main")
     assert kinds[-4:] == ["Restart Signaled", "Terminated", "Restarting", "Started"]
+    shown = operator.get(f"/v1/allocation/{uid}")["TaskStates"]["main"]["Events"]
+    restarting = next(e for e in reversed(shown) if e["Type"] == "Restarting")
+    assert restarting["DisplayMessage"] == "User requested restart - Task restarting in 0s"
     state = status(kubectl, namespace, "rs")
     assert state["clientStatus"] == "running" and state["taskStates"]["main"]["lastRestart"]
 

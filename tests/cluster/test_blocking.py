@@ -168,3 +168,18 @@ def test_a_blocking_read_of_one_allocation_wakes_when_its_pod_gets_a_new_address
     assert unchanged["metadata"]["resourceVersion"] == allocation_version, (
         "the Allocation changed too, so this does not show the pod alone waking the read"
     )
+
+
+def test_a_wait_in_microseconds_spelled_with_the_micro_sign_parks_the_query(
+    operator: Operator,
+) -> None:
+    """Go's ParseDuration takes `µs` (and `μs`), so the Nomad CLI's users may send it; it used
+    to be refused as non-ASCII. Sent percent-encoded, as a client must."""
+    since = quiet_index(operator)
+    started = time.monotonic()
+    code, body, headers = http(
+        f"{operator.api}/v1/allocations?namespace=*&index={since}&wait=500000%C2%B5s"
+    )
+    assert code == 200, body
+    assert int(headers["X-Nomad-Index"]) >= since
+    assert time.monotonic() - started < WAIT, "the wait was not read as half a second"
