@@ -85,8 +85,8 @@ deploy-overlay:
 	  "    newName: $$name" \
 	  "    $$pin" > $(DEPLOY_DIR)/kustomization.yaml
 
-# Installs or upgrades allocbridge wherever KUBECTL points. The CRDs go first: kubectl cannot
-# map the ClusterKopfPeering of manifests/peering.yaml before its CRD is established.
+# Installs or upgrades allocbridge wherever KUBECTL points. The CRDs go first, so changed CRDs
+# are established before the replicas that rely on them roll out.
 deploy: deploy-overlay
 	$(KUBECTL) apply -k crds/
 	$(KUBECTL) wait --for=condition=Established --timeout=60s \

@@ -26,7 +26,7 @@ listener "tcp" {
 
 kubernetes {
   # No kubeconfig: the pod's ServiceAccount (in-cluster configuration). No namespaces: all.
-  peering    = "allocbridge" # the ClusterKopfPeering in peering.yaml
+  peering    = "allocbridge" # the ClusterKopfPeering the replicas meet in (created if missing)
   priority   = 0             # replaced per pod by the init container
   standalone = false
 }

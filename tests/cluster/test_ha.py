@@ -239,6 +239,28 @@ def test_one_replica_reconciles_and_the_other_takes_over_when_it_dies(
         assert names(listing(replica, namespace)[0]) == ["first", "second"]
 
 
+def test_a_replica_creates_its_missing_peering_and_reconciles(
+    sa_kubeconfig: Path, namespace: str, kubectl: Any, tmp_path: Path
+) -> None:
+    """Kopf waits, paused, for a named peering that does not exist; the replica creates it
+    (with the RBAC of manifests/, which holds no peering object of its own)."""
+    name = f"allocbridge-ha-{uuid.uuid4().hex[:8]}"
+    assert kubectl("get", "clusterkopfpeering", name, check=False).returncode != 0
+    replica = Replica(tmp_path / "a", sa_kubeconfig, peering=name, priority=LEADER_PRIORITY)
+    try:
+        replica.start()
+        eventually(replica.leading, what="the replica to create its peering and reconcile")
+        kubectl.apply(alloc_manifest("first", namespace, driver=PODLESS))
+        eventually(lambda: replica.reconciled(namespace, "first"), what="the replica to reconcile")
+        peering = kubectl.json("get", "clusterkopfpeering", name)
+        assert peering["metadata"]["labels"] == {"app.kubernetes.io/managed-by": "allocbridge"}
+        created = [r for r in replica.records() if r.get("msg") == "ClusterKopfPeering created"]
+        assert [r.get("peering") for r in created] == [name]
+    finally:
+        stop_all(replica)
+        kubectl("delete", "clusterkopfpeering", name, "--wait=false", check=False)
+
+
 def test_replicas_watching_named_namespaces_elect_one_reconciler(
     sa_kubeconfig: Path, peering: str, namespace: str, kubectl: Any, tmp_path: Path
 ) -> None:

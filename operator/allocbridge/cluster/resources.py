@@ -19,6 +19,11 @@ GROUP: Final = "allocbridge.io"
 VERSION: Final = "v1"
 PLURAL: Final = "allocations"
 
+#: Kopf's cluster-wide peering kind, where replicas elect the one reconciler.
+PEERING_GROUP: Final = "kopf.dev"
+PEERING_VERSION: Final = "v1"
+PEERING_PLURAL: Final = "clusterkopfpeerings"
+
 Json = dict[str, Any]
 
 
@@ -142,6 +147,35 @@ class Kube:
             await self.core.delete_namespaced_pod(name, namespace, body=options)
         except ApiException as exc:
             if exc.status in (404, 409):
+                return False
+            raise
+        return True
+
+    async def create_cluster_peering(self, name: str, labels: Mapping[str, str]) -> bool:
+        """Create the ClusterKopfPeering `name` unless it exists; True when this call created it.
+
+        Reads first, so a cluster that made the object itself needs no `create` permission.
+        Raises `ApiException` when the kind is not served (404) or the call is refused."""
+        args = (PEERING_GROUP, PEERING_VERSION, PEERING_PLURAL)
+        try:
+            await raw_json(
+                self.custom.get_cluster_custom_object(*args, name, _preload_content=False)
+            )
+            return False
+        except ApiException as exc:
+            if exc.status != 404:
+                raise
+        body = {
+            "apiVersion": f"{PEERING_GROUP}/{PEERING_VERSION}",
+            "kind": "ClusterKopfPeering",
+            "metadata": {"name": name, "labels": dict(labels)},
+        }
+        try:
+            await send_json(
+                self.api, "POST", f"/apis/{PEERING_GROUP}/{PEERING_VERSION}/{PEERING_PLURAL}", body
+            )
+        except ApiException as exc:
+            if exc.status == 409:  # another replica was first
                 return False
             raise
         return True

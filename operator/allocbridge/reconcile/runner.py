@@ -5,19 +5,23 @@ servers' connection tasks if they shared its loop; a dedicated loop keeps the li
 its reach, so the shutdown order stays ours (design.md, boundary-health-k8s-exec-kopf.md C.9).
 
 Peering is always cluster-wide: every replica, whatever `kubernetes.namespaces` says, announces
-itself in the one ClusterKopfPeering named by `kubernetes.peering` (see `build_registry`).
+itself in the one ClusterKopfPeering named by `kubernetes.peering` (see `build_registry`), and
+creates that object when it is missing (`create_peering`).
 """
 
 from __future__ import annotations
 
 import asyncio
+import itertools
 import logging
 import threading
 from dataclasses import replace
 from typing import Any
 
+import aiohttp
 import kopf
 import uvloop
+from kubernetes_asyncio.client.exceptions import ApiException
 
 from allocbridge.actions.lifecycle import Actions
 from allocbridge.cluster.connection import Credentials
@@ -33,6 +37,41 @@ from allocbridge.model.pods import (
 from allocbridge.reconcile.allocations import Reconciler
 
 log = logging.getLogger(__name__)
+
+#: Seconds between attempts to create the peering while its kind is not served yet.
+PEERING_RETRY_DELAYS: tuple[float, ...] = (1, 1, 2, 3, 5, 8, 13)
+
+
+async def create_peering(kube: Kube, name: str) -> None:
+    """Create the ClusterKopfPeering `name` if it is missing.
+
+    Kopf does not create it: it waits, paused, for the object to appear, so a replica installed
+    without it would never reconcile. Keeping it out of `manifests/` also lets one
+    `kubectl apply -k` install everything: kubectl cannot map an object whose CRD it creates in
+    the same run. While the kind is not served yet (that CRD still being established), retry.
+    """
+    for attempt in itertools.count():
+        try:
+            created = await kube.create_cluster_peering(name, {LABEL_MANAGED_BY: MANAGED_BY})
+            break
+        except ApiException as exc:
+            if exc.status != 404:
+                log.error(
+                    "the ClusterKopfPeering could not be created; reconciliation waits for it",
+                    extra={"peering": name, "status": exc.status},
+                )
+                return
+            why = "its kind is not served yet"
+        except (aiohttp.ClientError, OSError) as exc:
+            why = str(exc) or type(exc).__name__
+        delay = PEERING_RETRY_DELAYS[min(attempt, len(PEERING_RETRY_DELAYS) - 1)]
+        log.warning(
+            "the ClusterKopfPeering could not be created yet; retrying",
+            extra={"peering": name, "error": why, "delay": delay},
+        )
+        await asyncio.sleep(delay)
+    if created:
+        log.info("ClusterKopfPeering created", extra={"peering": name})
 
 
 def build_registry(credentials: Credentials, settings: KubernetesSettings) -> kopf.OperatorRegistry:
@@ -60,6 +99,8 @@ def build_registry(credentials: Credentials, settings: KubernetesSettings) -> ko
         rendering = replace(pod_settings, container_restart_policies=honoured)
         actions = Actions(kube, credentials.configuration())
         state["reconciler"] = Reconciler(kube, rendering, actions)
+        if not settings.standalone:
+            state["peering"] = asyncio.create_task(create_peering(kube, settings.peering))
 
     @kopf.on.startup(registry=registry)
     async def peer_cluster_wide(settings: kopf.OperatorSettings, **_: Any) -> None:
@@ -71,6 +112,9 @@ def build_registry(credentials: Credentials, settings: KubernetesSettings) -> ko
 
     @kopf.on.cleanup(registry=registry)
     async def cleanup(**_: Any) -> None:
+        creating: asyncio.Task[None] | None = state.get("peering")
+        if creating is not None:
+            creating.cancel()
         reconciler: Reconciler | None = state.get("reconciler")
         if reconciler is not None:
             await reconciler.stop()
