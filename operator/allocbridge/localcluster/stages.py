@@ -36,6 +36,20 @@ NODE_LABEL_KEY = "kwok.x-k8s.io/node"
 NODE_LABEL_VALUE = "fake"
 NODE_SELECTOR = f"{NODE_LABEL_KEY}={NODE_LABEL_VALUE}"
 
+#: Both node stages write every condition kwok knows with a fresh heartbeat.
+_NODE_CONDITIONS = r"""      {{ $now := Now }}
+      {{ $since := or .metadata.creationTimestamp $now }}
+      conditions:
+      {{ range NodeConditions }}
+      - type: {{ .type | Quote }}
+        status: {{ .status | Quote }}
+        reason: {{ .reason | Quote }}
+        message: {{ .message | Quote }}
+        lastHeartbeatTime: {{ $now | Quote }}
+        lastTransitionTime: {{ $since | Quote }}
+      {{ end }}
+"""
+
 _NODE_INITIALIZE = r"""
 apiVersion: kwok.x-k8s.io/v1alpha1
 kind: Stage
@@ -52,18 +66,7 @@ spec:
       values: ['True']
   next:
     statusTemplate: |
-      {{ $now := Now }}
-      {{ $since := or .metadata.creationTimestamp $now }}
-      conditions:
-      {{ range NodeConditions }}
-      - type: {{ .type | Quote }}
-        status: {{ .status | Quote }}
-        reason: {{ .reason | Quote }}
-        message: {{ .message | Quote }}
-        lastHeartbeatTime: {{ $now | Quote }}
-        lastTransitionTime: {{ $since | Quote }}
-      {{ end }}
-      addresses:
+@NODE_CONDITIONS@      addresses:
       {{ with NodeIP }}
       - type: InternalIP
         address: {{ . | Quote }}
@@ -121,18 +124,7 @@ spec:
     jitterDurationMilliseconds: 360000
   next:
     statusTemplate: |
-      {{ $now := Now }}
-      {{ $since := or .metadata.creationTimestamp $now }}
-      conditions:
-      {{ range NodeConditions }}
-      - type: {{ .type | Quote }}
-        status: {{ .status | Quote }}
-        reason: {{ .reason | Quote }}
-        message: {{ .message | Quote }}
-        lastHeartbeatTime: {{ $now | Quote }}
-        lastTransitionTime: {{ $since | Quote }}
-      {{ end }}
-  immediateNextStage: true
+@NODE_CONDITIONS@  immediateNextStage: true
 """
 
 _POD_READY = r"""
@@ -248,8 +240,12 @@ spec:
 
 def kwok_config() -> str:
     """The multi-document YAML passed to kwok with `--config`."""
-    docs = (_NODE_INITIALIZE, _NODE_HEARTBEAT, _POD_READY.replace("@SANDBOX@", SANDBOX_CONDITION))
-    return "---\n".join(d.lstrip("\n") for d in (*docs, _POD_DELETE))
+    nodes = (
+        d.replace("@NODE_CONDITIONS@", _NODE_CONDITIONS)
+        for d in (_NODE_INITIALIZE, _NODE_HEARTBEAT)
+    )
+    docs = (*nodes, _POD_READY.replace("@SANDBOX@", SANDBOX_CONDITION), _POD_DELETE)
+    return "---\n".join(d.lstrip("\n") for d in docs)
 
 
 def write_kwok_config(path: Path) -> Path:
