@@ -66,7 +66,8 @@ spec:
       values: ['True']
   next:
     statusTemplate: |
-@NODE_CONDITIONS@      addresses:
+@NODE_CONDITIONS@
+      addresses:
       {{ with NodeIP }}
       - type: InternalIP
         address: {{ . | Quote }}
@@ -124,7 +125,8 @@ spec:
     jitterDurationMilliseconds: 360000
   next:
     statusTemplate: |
-@NODE_CONDITIONS@  immediateNextStage: true
+@NODE_CONDITIONS@
+  immediateNextStage: true
 """
 
 _POD_READY = r"""
@@ -241,7 +243,7 @@ spec:
 def kwok_config() -> str:
     """The multi-document YAML passed to kwok with `--config`."""
     nodes = (
-        d.replace("@NODE_CONDITIONS@", _NODE_CONDITIONS)
+        d.replace("@NODE_CONDITIONS@\n", _NODE_CONDITIONS)
         for d in (_NODE_INITIALIZE, _NODE_HEARTBEAT)
     )
     docs = (*nodes, _POD_READY.replace("@SANDBOX@", SANDBOX_CONDITION), _POD_DELETE)
