@@ -38,8 +38,9 @@ from allocbridge.reconcile.allocations import Reconciler
 
 log = logging.getLogger(__name__)
 
-#: Seconds between attempts to create the peering while its kind is not served yet.
-PEERING_RETRY_DELAYS: tuple[float, ...] = (1, 1, 2, 3, 5, 8, 13)
+#: Seconds between attempts to create the peering while its kind is not served yet (the last
+#: one repeats: a cluster without the CRD gets a warning a minute).
+PEERING_RETRY_DELAYS: tuple[float, ...] = (1, 1, 2, 3, 5, 8, 13, 30, 60)
 
 
 async def create_peering(kube: Kube, name: str) -> None:
