@@ -28,7 +28,14 @@ from typing import Any
 
 import aiohttp
 import pytest
-from running_operator import Operator, eventually, http, install, service_account_kubeconfig
+from running_operator import (
+    REPO,
+    Operator,
+    eventually,
+    http,
+    install,
+    service_account_kubeconfig,
+)
 
 from allocbridge.config import LogSettings
 from allocbridge.localcluster import BinariesMissingError, LocalCluster
@@ -664,3 +671,38 @@ async def exec_close(api: str, token: str) -> tuple[int, str]:
     ):
         message = await ws.receive(timeout=30)
         return int(message.data), str(message.extra)
+
+
+def test_one_apply_on_a_fresh_cluster_brings_a_waiting_replica_to_reconcile(
+    own_cluster: LocalCluster, tmp_path: Path
+) -> None:
+    """A user's install on a cluster that never had allocbridge: the replica starts before
+    Kopf's peering CRD exists (it keeps retrying), then one `kubectl apply -k manifests/`
+    installs everything, and the replica creates its ClusterKopfPeering and reconciles."""
+    kubectl = ClusterKubectl(own_cluster)
+    kubectl("apply", "-f", str(REPO / "crds" / "allocations.yaml"))
+    kubectl("wait", "--for=condition=Established", "crd/allocations.allocbridge.io")
+    for manifest in ("namespace.yaml", "rbac.yaml"):
+        kubectl("apply", "-f", str(REPO / "manifests" / manifest))
+    kubeconfig = service_account_kubeconfig(kubectl, own_cluster.kubeconfig, tmp_path / "sa")
+    replica = Replica(tmp_path / "operator", kubeconfig, peering="allocbridge").start()
+    try:
+        eventually(
+            lambda: any(
+                r.get("msg") == "the ClusterKopfPeering could not be created yet; retrying"
+                for r in replica.records()
+            ),
+            what="the replica to wait for the peering's kind",
+        )
+        assert not replica.leading()
+
+        done = kubectl("apply", "-k", str(REPO / "manifests"), check=False)
+        assert done.returncode == 0, done.stderr  # one apply, no "install the CRDs first"
+
+        eventually(replica.leading, what="the replica to create its peering and reconcile")
+        assert kubectl.json("get", "clusterkopfpeering", "allocbridge")["metadata"]["name"]
+        kubectl("create", "namespace", "fresh")
+        kubectl.apply(alloc_manifest("first", "fresh", driver=PODLESS))
+        eventually(lambda: replica.reconciled("fresh", "first"), what="the replica to reconcile")
+    finally:
+        stop_all(replica)
