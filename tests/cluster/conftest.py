@@ -1,12 +1,16 @@
-"""Fixtures for tests against the local control plane: the operator under test."""
+"""Fixtures for tests against the local control plane: the operator under test, and control
+planes of a test's own."""
 
 from __future__ import annotations
 
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
 from running_operator import Operator, install, service_account_kubeconfig
+
+from allocbridge.localcluster import BinariesMissingError, LocalCluster
 
 
 @pytest.fixture(scope="session")
@@ -21,3 +25,20 @@ def operator(
         yield running
     finally:
         running.stop()
+
+
+@pytest.fixture
+def own_cluster(tmp_path: Path) -> Iterator[LocalCluster]:
+    """A control plane of the test's own, with one node `node-1`, for tests that stop its
+    parts or replace its nodes, which would disturb the session's cluster."""
+    local = LocalCluster(state_dir=tmp_path / "controlplane")
+    try:
+        local.binaries  # noqa: B018 - skips below when the control plane is not built
+    except BinariesMissingError as exc:
+        pytest.skip(f"needs the local control plane binaries: {exc}")
+    local.start()
+    try:
+        local.create_node("node-1")
+        yield local
+    finally:
+        local.stop()

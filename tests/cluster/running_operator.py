@@ -29,6 +29,7 @@ from allocbridge.config import (
     local_settings,
     render,
 )
+from allocbridge.localcluster import LocalCluster
 from allocbridge.localcluster.pki import write_token_kubeconfig
 
 REPO = Path(__file__).resolve().parents[2]
@@ -176,6 +177,23 @@ def install(kubectl: Any) -> None:
     kubectl("apply", "-f", str(REPO / "manifests" / "rbac.yaml"))
 
 
+def install_retrying(kubectl: Any) -> None:
+    """`install`, again if needed: on a fresh cluster its `kubectl wait crd --all` can catch a
+    CRD that has no conditions yet and fail; applying again is harmless."""
+
+    def installed() -> bool:
+        install(kubectl)
+        return True
+
+    eventually(installed, what="the CRDs and the operator's RBAC")
+
+
+def operator_kubeconfig(kubectl: Any, admin_kubeconfig: Path, folder: Path) -> Path:
+    """Install allocbridge and return a kubeconfig of its ServiceAccount, as a replica uses."""
+    install_retrying(kubectl)
+    return service_account_kubeconfig(kubectl, admin_kubeconfig, folder)
+
+
 def service_account_kubeconfig(kubectl: Any, kubeconfig: Path, path: Path) -> Path:
     token = kubectl(
         "create", "token", "allocbridge", "-n", "allocbridge-system", "--duration=6h"
@@ -225,3 +243,31 @@ def quick_allocation(
 ) -> dict[str, Any]:
     """An Allocation with the fast restart policy, as the action and client suites use."""
     return allocation_manifest(name, namespace, restart=FAST_RESTARTS, group=group, tasks=tasks)
+
+
+class ClusterKubectl:
+    """The built kubectl on a LocalCluster of this test's own (the fixture's is session-wide)."""
+
+    def __init__(self, cluster: LocalCluster) -> None:
+        self.argv = [str(cluster.kubectl), f"--kubeconfig={cluster.kubeconfig}"]
+
+    def __call__(
+        self, *args: str, check: bool = True, stdin: str | None = None
+    ) -> subprocess.CompletedProcess[str]:
+        done = subprocess.run(
+            [*self.argv, *args],
+            check=False,
+            input=stdin,
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+        if check and done.returncode != 0:
+            raise AssertionError(f"kubectl {' '.join(args)}: {done.stderr.strip()}")
+        return done
+
+    def json(self, *args: str) -> Any:
+        return json.loads(self(*args, "-o", "json").stdout)
+
+    def apply(self, manifest: dict[str, Any]) -> None:
+        self("apply", "-f", "-", stdin=json.dumps(manifest))

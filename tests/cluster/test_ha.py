@@ -18,7 +18,6 @@ import contextlib
 import functools
 import json
 import signal
-import subprocess
 import threading
 import time
 import uuid
@@ -30,15 +29,16 @@ import aiohttp
 import pytest
 from running_operator import (
     REPO,
+    ClusterKubectl,
     Operator,
     eventually,
     http,
-    install,
+    operator_kubeconfig,
     service_account_kubeconfig,
 )
 
 from allocbridge.config import LogSettings
-from allocbridge.localcluster import BinariesMissingError, LocalCluster
+from allocbridge.localcluster import LocalCluster
 
 pytestmark = pytest.mark.cluster
 
@@ -158,23 +158,6 @@ def wait_listed(replicas: tuple[Replica, ...], namespace: str, expected: list[st
             functools.partial(lambda r: names(listing(r, namespace)[0]) == expected, replica),
             what=f"{replica.api} to list {expected}",
         )
-
-
-def install_retrying(kubectl: Any) -> None:
-    """`install`, again if needed: on a fresh cluster its `kubectl wait crd --all` can catch a
-    CRD that has no conditions yet and fail; applying again is harmless."""
-
-    def installed() -> bool:
-        install(kubectl)
-        return True
-
-    eventually(installed, what="the CRDs and the operator's RBAC")
-
-
-def operator_kubeconfig(kubectl: Any, admin_kubeconfig: Path, folder: Path) -> Path:
-    """Install allocbridge and return a kubeconfig of its ServiceAccount, as a replica uses."""
-    install_retrying(kubectl)
-    return service_account_kubeconfig(kubectl, admin_kubeconfig, folder)
 
 
 def stop_all(*replicas: Replica) -> None:
@@ -492,34 +475,6 @@ class Balancer:
 # -- the Kubernetes API server goes away and comes back -----------------------------------
 
 
-class ClusterKubectl:
-    """The built kubectl on a LocalCluster of this test's own (the fixture's is session-wide)."""
-
-    def __init__(self, cluster: LocalCluster) -> None:
-        self.argv = [str(cluster.kubectl), f"--kubeconfig={cluster.kubeconfig}"]
-
-    def __call__(
-        self, *args: str, check: bool = True, stdin: str | None = None
-    ) -> subprocess.CompletedProcess[str]:
-        done = subprocess.run(
-            [*self.argv, *args],
-            check=False,
-            input=stdin,
-            capture_output=True,
-            text=True,
-            timeout=60,
-        )
-        if check and done.returncode != 0:
-            raise AssertionError(f"kubectl {' '.join(args)}: {done.stderr.strip()}")
-        return done
-
-    def json(self, *args: str) -> Any:
-        return json.loads(self(*args, "-o", "json").stdout)
-
-    def apply(self, manifest: dict[str, Any]) -> None:
-        self("apply", "-f", "-", stdin=json.dumps(manifest))
-
-
 class HealthRecorder:
     """Polls `/health?worker_info=1` every 50 ms, keeping each change of (status, upstream)."""
 
@@ -554,21 +509,6 @@ class HealthRecorder:
             if not self.seen or self.seen[-1] != sample:
                 self.seen.append(sample)
             self._stop.wait(0.05)
-
-
-@pytest.fixture
-def own_cluster(tmp_path: Path) -> Iterator[LocalCluster]:
-    local = LocalCluster(state_dir=tmp_path / "controlplane")
-    try:
-        local.binaries  # noqa: B018 - skips below when the control plane is not built
-    except BinariesMissingError as exc:
-        pytest.skip(f"needs the local control plane binaries: {exc}")
-    local.start()
-    try:
-        local.create_node("node-1")
-        yield local
-    finally:
-        local.stop()
 
 
 def test_kubernetes_api_restart_is_reported_and_survived_without_losing_readiness(

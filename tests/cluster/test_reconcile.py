@@ -9,14 +9,26 @@ from __future__ import annotations
 import json
 import subprocess
 import threading
+import time
+import urllib.parse
 from pathlib import Path
 from typing import Any
 
 import pytest
 import yaml
-from running_operator import REPO, Operator, allocation_manifest, eventually
+from running_operator import (
+    REPO,
+    ClusterKubectl,
+    Operator,
+    allocation_manifest,
+    eventually,
+    http,
+    operator_kubeconfig,
+)
 
 from allocbridge.cluster.resources import GROUP, PLURAL, VERSION
+from allocbridge.localcluster import LocalCluster
+from allocbridge.model.placement import bound_ns
 
 pytestmark = pytest.mark.cluster
 
@@ -521,3 +533,59 @@ def test_operator_runs_without_admin_rights(operator: Operator) -> None:
         check=True,
     ).stdout.strip()
     assert who == "system:serviceaccount:allocbridge-system:allocbridge"
+
+
+def test_a_node_registered_again_under_its_name_is_a_new_node_id(
+    own_cluster: LocalCluster, tmp_path: Path
+) -> None:
+    """A node deleted and registered again under the same name (as EKS reuses IP-based names)
+    is a new node: allocations placed on it get its new uid as NodeID, while one whose pod was
+    bound to the old node keeps the old uid. On a control plane of the test's own, since the
+    session's node must stay."""
+    kubectl = ClusterKubectl(own_cluster)
+    kubeconfig = operator_kubeconfig(kubectl, own_cluster.kubeconfig, tmp_path / "sa")
+    kubectl("create", "namespace", "nodes")
+    eventually(
+        lambda: (
+            kubectl("get", "serviceaccount", "default", "-n", "nodes", check=False).returncode == 0
+        ),
+        what="the default ServiceAccount",
+    )
+    (tmp_path / "operator").mkdir()
+    operator = Operator(tmp_path / "operator", kubeconfig).start()
+    try:
+        old_node = kubectl.json("get", "node", "node-1")["metadata"]["uid"]
+        kubectl.apply(allocation_manifest("before", "nodes"))
+        before = wait_status(kubectl, "nodes", "before", "running")
+        assert (before["nodeName"], before["nodeID"]) == ("node-1", old_node)
+
+        kubectl("delete", "node", "node-1")
+        # Timestamps have whole seconds, and a node created in the second of a binding counts
+        # as the pod's; a real node takes far longer to come back than this test.
+        bound = bound_ns(kubectl.json("get", "pod", "before", "-n", "nodes"))
+        assert bound is not None
+        time.sleep(max(0.0, (bound + 1_000_000_000 - time.time_ns()) / 1e9) + 0.05)
+        new_node = own_cluster.create_node("node-1")["metadata"]["uid"]
+        assert new_node != old_node
+        kubectl.apply(allocation_manifest("after", "nodes"))
+        after = wait_status(kubectl, "nodes", "after", "running")
+        assert (after["nodeName"], after["nodeID"]) == ("node-1", new_node)
+
+        # A pass of `before` now, made to write at once by stopping it, keeps its own node.
+        before_uid = allocation(kubectl, "nodes", "before")["metadata"]["uid"]
+        code, raw, _ = http(f"{operator.api}/v1/allocation/{before_uid}/stop", method="PUT")
+        assert code == 200, raw
+        stopped = eventually(
+            lambda: (s := status(kubectl, "nodes", "before"))["desiredStatus"] == "stop" and s,
+            what="the stop to be written",
+        )
+        assert stopped["nodeID"] == old_node
+
+        after_uid = allocation(kubectl, "nodes", "after")["metadata"]["uid"]
+        query = "/v1/allocations?" + urllib.parse.urlencode(
+            {"namespace": "nodes", "filter": f'NodeID == "{new_node}"'}
+        )
+        on_new_node = [a["ID"] for a in operator.get(query)]  # with `before`'s replacement
+        assert after_uid in on_new_node and before_uid not in on_new_node
+    finally:
+        operator.stop()

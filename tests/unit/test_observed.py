@@ -192,3 +192,20 @@ async def test_a_deleted_allocation_keeps_no_pending_pass() -> None:
     assert not reconciler.timers[("ns", "kept")].cancelled()
     assert not reconciler.workers
     await reconciler.stop()
+
+
+def test_node_events_keep_the_node_each_name_stands_for_now() -> None:
+    """A node re-created under the same name replaces the old one; the old one's late
+    deletion event does not remove its successor."""
+    reconciler = Reconciler(cast(Kube, None), PodSettings())
+
+    def node(uid: str) -> dict[str, Any]:
+        return {"metadata": {"name": "n", "uid": uid, "creationTimestamp": "2026-11-21T10:00:00Z"}}
+
+    reconciler.node_event(None, node("old"))
+    assert reconciler.nodes["n"].uid == "old"
+    reconciler.node_event("ADDED", node("new"))
+    reconciler.node_event("DELETED", node("old"))
+    assert reconciler.nodes["n"].uid == "new"
+    reconciler.node_event("DELETED", node("new"))
+    assert "n" not in reconciler.nodes

@@ -185,11 +185,11 @@ class Kube:
         info = await raw_json(client.VersionApi(self.api).get_code(_preload_content=False))
         return str(info.get("major", "")), str(info.get("minor", ""))
 
-    async def node_uid(self, name: str) -> str | None:
+    async def get_node(self, name: str) -> Json | None:
+        """The node, or None if it is gone or this operator may not read it."""
         try:
-            node = await raw_json(self.core.read_node(name, _preload_content=False))
+            return await raw_json(self.core.read_node(name, _preload_content=False))
         except ApiException as exc:
             if exc.status in (403, 404):
                 return None
             raise
-        return cast(str | None, node.get("metadata", {}).get("uid"))

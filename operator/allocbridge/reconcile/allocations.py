@@ -46,6 +46,7 @@ from allocbridge.actions.lifecycle import ActionError, Actions, Target
 from allocbridge.cluster.resources import Json, Kube
 from allocbridge.model import pods
 from allocbridge.model import schedule as sched
+from allocbridge.model.placement import KnownNode, node_fields
 from allocbridge.model.spec import AllocationSpec
 from allocbridge.model.status import (
     KubeEvent,
@@ -177,7 +178,7 @@ class Reconciler:
         self.dirty: set[Key] = set()
         self.workers: dict[Key, asyncio.Task[None]] = {}
         self.timers: dict[Key, asyncio.TimerHandle] = {}
-        self.node_uids: dict[str, str] = {}
+        self.nodes: dict[str, KnownNode] = {}  # by name, kept current by `node_event`
         # The resourceVersion each allocation's last status write produced: the watch event
         # of that version only echoes what this reconciler wrote, so it needs no pass.
         self.written: dict[Key, str] = {}
@@ -215,6 +216,18 @@ class Reconciler:
         key = (key_of(body)[0], allocation)
         if self.observed.knows(key):
             self.schedule(*key)
+
+    def node_event(self, event_type: str | None, body: Json) -> None:
+        """A Node watch event: which node each name stands for now. A name can come back as a
+        new node (see `allocbridge.model.placement`), which is why a read is not kept forever."""
+        name = (body.get("metadata") or {}).get("name")
+        known = KnownNode.of(body)
+        if not name or known is None:
+            return
+        if event_type != "DELETED":
+            self.nodes[name] = known
+        elif self.nodes.get(name) == known:
+            del self.nodes[name]
 
     def kubernetes_event(self, event_type: str | None, body: Mapping[str, Any]) -> None:
         """A Kubernetes Event about a pod, kept by the pod's uid (at first whosever the pod
@@ -351,7 +364,7 @@ class Reconciler:
             # of the pass that created it may have been held back and merged into this one.
             status["podCreated"] = True
             status["podName"] = name
-            await self._node(status, pod)
+            status.update(node_fields(pod, await self._known_node(pod), previous))
 
         if decision.create_pod:
             body = pods.render_pod(
@@ -458,16 +471,18 @@ class Reconciler:
             out["desiredStatus"] = "run"
         return out
 
-    async def _node(self, status: Json, pod: Json) -> None:
-        node = (pod.get("spec") or {}).get("nodeName")
-        if not node:
-            return
-        if node not in self.node_uids:
-            uid = await self.kube.node_uid(node)
-            if uid:
-                self.node_uids[node] = uid
-        status["nodeName"] = node
-        status["nodeID"] = self.node_uids.get(node, "")
+    async def _known_node(self, pod: Json) -> KnownNode | None:
+        """The node the pod's node name stands for now: from the node watch, else read."""
+        name = (pod.get("spec") or {}).get("nodeName")
+        if not name:
+            return None
+        known = self.nodes.get(name)
+        if known is None:
+            node = await self.kube.get_node(name)
+            known = KnownNode.of(node) if node is not None else None
+            if known is not None:
+                self.nodes[name] = known
+        return known
 
     def _base(self, key: Key, meta: Json, written: Json) -> Json:
         """The status a pass derives from: the held-back one if it was derived from the

@@ -136,6 +136,10 @@ def build_registry(credentials: Credentials, settings: KubernetesSettings) -> ko
         if alloc is not None:
             state["reconciler"].pod_event(event["type"], event["object"], alloc)
 
+    @kopf.on.event("", "v1", "nodes", registry=registry)
+    async def node_changed(event: kopf.RawEvent, **_: Any) -> None:
+        state["reconciler"].node_event(event["type"], event["object"])
+
     def about_our_pod(body: kopf.Body, **_: Any) -> bool:
         involved = body.get("involvedObject") or {}
         return bool(involved.get("kind") == "Pod" and involved.get("name"))
