@@ -271,3 +271,13 @@ class ClusterKubectl:
 
     def apply(self, manifest: dict[str, Any]) -> None:
         self("apply", "-f", "-", stdin=json.dumps(manifest))
+
+    def create_namespace(self, name: str) -> None:
+        """Create it and wait for its default ServiceAccount, which pods need."""
+        self("create", "namespace", name)
+        eventually(
+            lambda: (
+                self("get", "serviceaccount", "default", "-n", name, check=False).returncode == 0
+            ),
+            what=f"the default ServiceAccount of {name}",
+        )

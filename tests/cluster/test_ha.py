@@ -516,13 +516,7 @@ def test_kubernetes_api_restart_is_reported_and_survived_without_losing_readines
 ) -> None:
     kubectl = ClusterKubectl(own_cluster)
     kubeconfig = operator_kubeconfig(kubectl, own_cluster.kubeconfig, tmp_path / "sa")
-    kubectl("create", "namespace", "outage")
-    eventually(
-        lambda: (
-            kubectl("get", "serviceaccount", "default", "-n", "outage", check=False).returncode == 0
-        ),
-        what="the default ServiceAccount",
-    )
+    kubectl.create_namespace("outage")
     replica = Replica(tmp_path / "operator", kubeconfig, peering=None).start()
     try:
         kubectl.apply(alloc_manifest("before", "outage"))

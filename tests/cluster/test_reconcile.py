@@ -290,6 +290,49 @@ def test_a_batch_poststart_sidecar_runs_again_after_exit_0(
     assert state["clientStatus"] == "running"
 
 
+def test_on_a_node_with_an_older_kubelet_a_batch_poststart_sidecar_that_exits_0_is_dead(
+    own_cluster: LocalCluster, tmp_path: Path
+) -> None:
+    """A control plane upgraded before its nodes: the 1.36 API server keeps the sidecar's own
+    `Always`, but the node's 1.34 kubelet runs the pod's `OnFailure` and leaves it stopped
+    after exit 0. The status says so (dead, not failed; the main task runs on) instead of
+    waiting for a restart that never comes. On a control plane of the test's own, whose only
+    node reports kubeletVersion v1.34.3 and is played by the simulation as that kubelet."""
+    kubectl = ClusterKubectl(own_cluster)
+    kubectl("delete", "node", "node-1")
+    own_cluster.create_node("old-1", kubelet_version="v1.34.3")
+    assert kubectl.json("get", "node", "old-1")["status"]["nodeInfo"]["kubeletVersion"] == "v1.34.3"
+    kubeconfig = operator_kubeconfig(kubectl, own_cluster.kubeconfig, tmp_path / "sa")
+    kubectl.create_namespace("skew")
+    operator = Operator(tmp_path, kubeconfig).start()
+    try:
+        kubectl.apply(alloc_manifest("sided", "skew", job_type="batch", tasks=SIDECAR_TASKS))
+        wait_status(kubectl, "skew", "sided", "running")
+        pod = kubectl.json("get", "pod", "sided", "-n", "skew")
+        assert pod["spec"]["nodeName"] == "old-1"
+        own = {c["name"]: c.get("restartPolicy") for c in pod["spec"]["containers"]}
+        assert own == {"main": None, "proxy": "Always"}  # kept by the API server
+
+        own_cluster.container_exit("skew", "sided", "proxy", 0)
+        state = eventually(
+            lambda: (
+                (s := status(kubectl, "skew", "sided"))["taskStates"]["proxy"]["state"] == "dead"
+                and s
+            ),
+            what="the stopped sidecar to be dead",
+        )
+        proxy = state["taskStates"]["proxy"]
+        assert proxy["failed"] is False and proxy["restarts"] == 0
+        assert event_types(state, "proxy")[-1] == "Terminated"
+        assert state["taskStates"]["main"]["state"] == "running"
+        assert state["clientStatus"] == "running"
+        statuses = kubectl.json("get", "pod", "sided", "-n", "skew")["status"]["containerStatuses"]
+        sidecar = next(c for c in statuses if c["name"] == "proxy")
+        assert sidecar["restartCount"] == 0 and "terminated" in sidecar["state"]
+    finally:
+        operator.stop()
+
+
 def test_a_run_once_poststart_task_completes_in_a_service(
     operator: Operator, cluster: Any, kubectl: Any, namespace: str
 ) -> None:
@@ -544,15 +587,8 @@ def test_a_node_registered_again_under_its_name_is_a_new_node_id(
     session's node must stay."""
     kubectl = ClusterKubectl(own_cluster)
     kubeconfig = operator_kubeconfig(kubectl, own_cluster.kubeconfig, tmp_path / "sa")
-    kubectl("create", "namespace", "nodes")
-    eventually(
-        lambda: (
-            kubectl("get", "serviceaccount", "default", "-n", "nodes", check=False).returncode == 0
-        ),
-        what="the default ServiceAccount",
-    )
-    (tmp_path / "operator").mkdir()
-    operator = Operator(tmp_path / "operator", kubeconfig).start()
+    kubectl.create_namespace("nodes")
+    operator = Operator(tmp_path, kubeconfig).start()
     try:
         old_node = kubectl.json("get", "node", "node-1")["metadata"]["uid"]
         kubectl.apply(allocation_manifest("before", "nodes"))

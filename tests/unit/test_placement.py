@@ -82,3 +82,14 @@ def test_a_node_without_a_uid_is_not_known() -> None:
     assert KnownNode.of({"metadata": {"name": "node-a"}}) is None
     node = {"metadata": {"name": "node-a", "uid": "u", "creationTimestamp": OLD}}
     assert KnownNode.of(node) == KnownNode("u", stamp(OLD))
+
+
+def test_a_nodes_kubelet_version_tells_whether_it_honours_container_policies() -> None:
+    def node(kubelet: str) -> dict[str, Any]:
+        meta = {"name": "n", "uid": "u", "creationTimestamp": OLD}
+        return {"metadata": meta, "status": {"nodeInfo": {"kubeletVersion": kubelet}}}
+
+    older = KnownNode.of(node("v1.34.2-eks-113cf36"))
+    upgraded = KnownNode.of(node("v1.35.1"))
+    assert older is not None and older.container_restart_policies is False
+    assert upgraded is not None and upgraded.container_restart_policies is True

@@ -20,6 +20,7 @@ from allocbridge.model.pods import (
     container_resources,
     cpu_millicores,
     honours_container_restart_policies,
+    kubelet_honours_container_restart_policies,
     label_value,
     nomad_interpolation,
     pod_restart_policy,
@@ -622,3 +623,20 @@ def test_owning_allocation_is_the_controller_owner() -> None:
     }
     assert owning_allocation(pod) == "web-0"
     assert owning_allocation({"metadata": {}}) is None
+
+
+@pytest.mark.parametrize(
+    ("kubelet", "honoured"),
+    [
+        ("v1.35.0", True),
+        ("v1.36.3", True),
+        ("v1.34.2-eks-113cf36", False),  # a node not upgraded yet under a 1.35 control plane
+        ("v1.33.5+k3s1", False),
+        ("kwok-v0.8.0", None),  # not a kubelet's version: unknown
+        ("", None),
+    ],
+)
+def test_container_restart_policies_from_a_nodes_kubelet_version(
+    kubelet: str, honoured: bool | None
+) -> None:
+    assert kubelet_honours_container_restart_policies(kubelet) is honoured

@@ -14,6 +14,7 @@ import pytest
 from allocbridge.localcluster.kubelet import (
     SignalRecord,
     container_ended,
+    honours_own_restart_policy,
     read_handles,
     read_signals,
     signal_number,
@@ -339,3 +340,20 @@ def test_restart_rules() -> None:
     assert left["containerStatuses"][1]["state"]["terminated"]["exitCode"] == 0
     failed = container_ended(pod, "b", 1, None, now)
     assert failed is not None and failed["containerStatuses"][1]["restartCount"] == 1
+    # A kubelet older than 1.35 ignores it: the pod's Always runs the container again.
+    older = container_ended(pod, "b", 0, None, now, own_restart_policy=False)
+    assert older is not None and older["containerStatuses"][1]["restartCount"] == 1
+
+
+@pytest.mark.parametrize(
+    ("version", "honours"),
+    [("v1.35.0", True), ("v1.36.3", True), ("v1.34.3", False), ("v1.29.0-eks-1", False)],
+)
+def test_a_kubelet_older_than_1_35_ignores_a_containers_own_policy(
+    version: str, honours: bool
+) -> None:
+    assert honours_own_restart_policy(version) is honours
+
+
+def test_kwok_plays_the_current_kubelet() -> None:
+    assert honours_own_restart_policy("kwok-v0.8.0") is True

@@ -487,6 +487,24 @@ def test_a_batch_poststart_sidecar_that_exits_0_is_dead_and_the_main_task_runs_o
     assert not decision.delete_pod
 
 
+def test_an_older_kubelet_ignores_the_sidecars_own_policy_so_exit_0_leaves_it_dead() -> None:
+    """During an upgrade the API server keeps the container's own `Always`, but a kubelet
+    older than 1.35 runs the pod's `OnFailure`: the sidecar stays stopped, so it is dead."""
+    s_spec = sidecar_spec("poststart")
+    pod = batch_pod([running("main", T0), running("proxy", T0)])
+    pod["spec"]["containers"] = [{"name": "main"}, {"name": "proxy", "restartPolicy": "Always"}]
+    s = derive(s_spec, {"podCreated": True}, pod, T0, container_restart_policies=False).status
+    ended = batch_pod([running("main", T0), terminated("proxy", 0, T0 + NS)])
+    ended["spec"] = pod["spec"]
+    new = derive(s_spec, s, ended, T0 + 2 * NS, container_restart_policies=False).status
+    assert new["taskStates"]["proxy"]["state"] == "dead"
+    assert new["taskStates"]["proxy"]["failed"] is False
+    assert types(new, "proxy")[-1] == "Terminated"
+    assert new["clientStatus"] == "running"
+    honoured = derive(s_spec, s, ended, T0 + 2 * NS).status
+    assert honoured["taskStates"]["proxy"]["state"] != "dead", "a 1.35 kubelet runs it again"
+
+
 def test_a_batch_poststart_sidecar_with_its_own_always_policy_restarts_after_exit_0() -> None:
     """Where the pod carries the container's own `Always`, the kubelet runs the sidecar again
     after its exit 0, and Nomad counts that restart against the policy."""

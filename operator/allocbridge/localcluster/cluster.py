@@ -65,7 +65,13 @@ from .pki import Pki
 from .processes import ManagedProcess, ProcessRegistry
 from .restclient import ApiError, RestClient
 from .sandbox import exec_path
-from .stages import NODE_LABEL_KEY, NODE_LABEL_VALUE, NODE_SELECTOR, write_kwok_config
+from .stages import (
+    KUBELET_VERSION_ANNOTATION,
+    NODE_LABEL_KEY,
+    NODE_LABEL_VALUE,
+    NODE_SELECTOR,
+    write_kwok_config,
+)
 from .standins import HANDLES_FILE, NO_INIT_FILE, write_atomic, write_standins
 
 log = logging.getLogger(__name__)
@@ -224,8 +230,14 @@ class LocalCluster:
     ) -> None:
         self.stop()
 
-    def create_node(self, name: str, *, timeout: float = 60.0) -> dict[str, Any]:
-        """Create (or adopt) a kwok-managed Node without taints; return it once schedulable."""
+    def create_node(
+        self, name: str, *, kubelet_version: str | None = None, timeout: float = 60.0
+    ) -> dict[str, Any]:
+        """Create (or adopt) a kwok-managed Node without taints; return it once schedulable.
+
+        `kubelet_version` (`v1.34.3`) makes it report, and the kubelet simulation play, an
+        older kubelet, as in a cluster whose control plane was upgraded before its nodes.
+        """
         labels = {
             NODE_LABEL_KEY: NODE_LABEL_VALUE,
             "kubernetes.io/hostname": name,
@@ -239,7 +251,10 @@ class LocalCluster:
             "metadata": {
                 "name": name,
                 "labels": labels,
-                "annotations": {"node.alpha.kubernetes.io/ttl": "0"},
+                "annotations": {
+                    "node.alpha.kubernetes.io/ttl": "0",
+                    **({KUBELET_VERSION_ANNOTATION: kubelet_version} if kubelet_version else {}),
+                },
             },
             "spec": {},
         }

@@ -17,13 +17,14 @@ A container's main process ends by these rules:
   consumed; `LocalCluster.container_exit` writes it atomically).
 
 An end is written into the pod status as a kubelet would: with restartPolicy Always (or
-OnFailure and a non-zero code, or a sidecar init container) the container restarts at once;
-a regular container's own restartPolicy, as a kubelet 1.35+ honours it, overrides the pod's
-(restartCount + 1, lastState.terminated {exitCode, signal, reason Error/Completed,
-startedAt, finishedAt}, state.running {startedAt now}; no crash-loop back-off); otherwise it
-stays terminated, the pod's Ready and ContainersReady become False and, once every regular
-container has terminated, sidecars stop and the phase becomes Succeeded (all exit codes 0)
-or Failed.
+OnFailure and a non-zero code, or a sidecar init container) the container restarts at once
+(restartCount + 1, lastState.terminated {exitCode, signal, reason Error/Completed, startedAt,
+finishedAt}, state.running {startedAt now}; no crash-loop back-off); otherwise it stays
+terminated, the pod's Ready and ContainersReady become False and, once every regular container
+has terminated, sidecars stop and the phase becomes Succeeded (all exit codes 0) or Failed. A
+regular container's own restartPolicy overrides the pod's, as a kubelet 1.35+ honours it; on a
+node whose `kubeletVersion` is older it is ignored, as that kubelet would
+(`honours_own_restart_policy`).
 
 Signals sent while a pod is not Running, or to a container that is not running, are ignored.
 PID 1 follows the kernel's rules (`allocbridge.model.pid1`): by default a container runs its
@@ -37,6 +38,7 @@ from __future__ import annotations
 import contextlib
 import copy
 import json
+import re
 from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
@@ -206,10 +208,25 @@ def _set_condition(status: dict[str, Any], kind: str, value: str, reason: str, n
     )
 
 
+def honours_own_restart_policy(kubelet_version: str) -> bool:
+    """Whether a kubelet of this version runs a regular container by its own restartPolicy:
+    from 1.35 on; kwok's own version (`kwok-v0.8.0`) plays the current kubelet. A test gives a
+    node an older version through `LocalCluster.create_node(kubelet_version=...)`."""
+    found = re.match(r"v(\d+)\.(\d+)\.", kubelet_version)
+    return found is None or (int(found[1]), int(found[2])) >= (1, 35)
+
+
 def container_ended(
-    pod: dict[str, Any], container: str, exit_code: int, signum: int | None, now: str
+    pod: dict[str, Any],
+    container: str,
+    exit_code: int,
+    signum: int | None,
+    now: str,
+    *,
+    own_restart_policy: bool = True,
 ) -> dict[str, Any] | None:
-    """The pod status after `container`'s main process ended, or None if nothing was running.
+    """The pod status after `container`'s main process ended, or None if nothing was running;
+    `own_restart_policy` False for a kubelet that ignores a regular container's own policy.
 
     Pure, so the kubelet rules can be read (and tested) apart from the I/O.
     """
@@ -235,10 +252,16 @@ def container_ended(
     }
     if signum:
         terminated["signal"] = signum
-    own = next(
-        (c.get("restartPolicy") for c in spec.get("containers") or [] if c["name"] == container),
-        None,
-    )
+    own = None
+    if own_restart_policy:
+        own = next(
+            (
+                c.get("restartPolicy")
+                for c in spec.get("containers") or []
+                if c["name"] == container
+            ),
+            None,
+        )
     policy = own or spec.get("restartPolicy") or "Always"
     if container in sidecars or policy == "Always" or (policy == "OnFailure" and exit_code):
         current["restartCount"] = int(current.get("restartCount") or 0) + 1

@@ -52,7 +52,14 @@ import aiohttp
 from kubernetes_asyncio import client as k8s_client
 from kubernetes_asyncio import config as k8s_config
 
-from .kubelet import ACTIVITY_FILE, SignalRecord, container_ended, read_handles, terminates
+from .kubelet import (
+    ACTIVITY_FILE,
+    SignalRecord,
+    container_ended,
+    honours_own_restart_policy,
+    read_handles,
+    terminates,
+)
 from .stages import NODE_LABEL_KEY, NODE_LABEL_VALUE, SANDBOX_CONDITION
 from .standins import (
     EXIT_FILE,
@@ -191,6 +198,7 @@ class KubeletSimulation:
         self.pods: dict[tuple[str, str], _Pod] = {}
         self._chains: dict[tuple[str, str], asyncio.Task[None]] = {}
         self._nodes: dict[str, tuple[bool, float]] = {}
+        self._kubelet_versions: dict[str, str] = {}  # of our nodes, by name
         self._api_slots = asyncio.Semaphore(32)
         self._activity = config.root / ACTIVITY_FILE
         self._activity.touch()
@@ -232,6 +240,8 @@ class KubeletSimulation:
         try:
             node = await self._call("GET", f"/api/v1/nodes/{name}")
             ours = (node["metadata"].get("labels") or {}).get(NODE_LABEL_KEY) == NODE_LABEL_VALUE
+            info = (node.get("status") or {}).get("nodeInfo") or {}
+            self._kubelet_versions[name] = str(info.get("kubeletVersion") or "")
         except _ApiError as err:
             if err.status != 404:
                 raise
@@ -522,9 +532,15 @@ class KubeletSimulation:
                 return
             now = _now()
             status, applied = obj.get("status") or {}, []
+            kubelet = self._kubelet_versions.get(obj["spec"].get("nodeName") or "", "")
             for cname, code, signum in ends:
                 new = container_ended(
-                    {"spec": obj["spec"], "status": status}, cname, code, signum, now
+                    {"spec": obj["spec"], "status": status},
+                    cname,
+                    code,
+                    signum,
+                    now,
+                    own_restart_policy=honours_own_restart_policy(kubelet),
                 )
                 if new is None:
                     log.info(

@@ -35,6 +35,8 @@ SANDBOX_CONDITION = "localcluster.allocbridge.io/SandboxReady"
 NODE_LABEL_KEY = "kwok.x-k8s.io/node"
 NODE_LABEL_VALUE = "fake"
 NODE_SELECTOR = f"{NODE_LABEL_KEY}={NODE_LABEL_VALUE}"
+#: A node annotation that sets the kubeletVersion kwok reports (its own version otherwise).
+KUBELET_VERSION_ANNOTATION = "localcluster.allocbridge.io/kubelet-version"
 
 #: Both node stages write every condition kwok knows with a fresh heartbeat.
 _NODE_CONDITIONS = r"""      {{ $now := Now }}
@@ -89,12 +91,16 @@ spec:
         memory: 1Ti
         pods: "10000"
         ephemeral-storage: 1Ti
+      {{ $kubelet := printf "kwok-%s" Version }}
+      {{ with .metadata.annotations }}
+      {{ with index . "@KUBELET_VERSION@" }}{{ $kubelet = . }}{{ end }}
+      {{ end }}
       nodeInfo:
         architecture: amd64
         operatingSystem: linux
         osImage: allocbridge local cluster (kwok)
         kernelVersion: {{ printf "kwok-%s" Version | Quote }}
-        kubeletVersion: {{ printf "kwok-%s" Version | Quote }}
+        kubeletVersion: {{ $kubelet | Quote }}
         kubeProxyVersion: {{ printf "kwok-%s" Version | Quote }}
         containerRuntimeVersion: {{ printf "kwok-%s" Version | Quote }}
         machineID: ""
@@ -243,7 +249,9 @@ spec:
 def kwok_config() -> str:
     """The multi-document YAML passed to kwok with `--config`."""
     nodes = (
-        d.replace("@NODE_CONDITIONS@\n", _NODE_CONDITIONS)
+        d.replace("@NODE_CONDITIONS@\n", _NODE_CONDITIONS).replace(
+            "@KUBELET_VERSION@", KUBELET_VERSION_ANNOTATION
+        )
         for d in (_NODE_INITIALIZE, _NODE_HEARTBEAT)
     )
     docs = (*nodes, _POD_READY.replace("@SANDBOX@", SANDBOX_CONDITION), _POD_DELETE)

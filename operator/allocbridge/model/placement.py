@@ -12,6 +12,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from allocbridge.model.pods import kubelet_honours_container_restart_policies
 from allocbridge.model.status import parse_time_ns
 
 
@@ -21,6 +22,8 @@ class KnownNode:
 
     uid: str
     created_ns: int  # creationTimestamp, whole seconds
+    #: Whether its kubelet honours a regular container's own `restartPolicy` (None: unknown).
+    container_restart_policies: bool | None = None
 
     @classmethod
     def of(cls, node: Mapping[str, Any]) -> KnownNode | None:
@@ -28,7 +31,12 @@ class KnownNode:
         uid = meta.get("uid")
         if not uid:
             return None
-        return cls(str(uid), parse_time_ns(meta.get("creationTimestamp")) or 0)
+        kubelet = ((node.get("status") or {}).get("nodeInfo") or {}).get("kubeletVersion")
+        return cls(
+            str(uid),
+            parse_time_ns(meta.get("creationTimestamp")) or 0,
+            kubelet_honours_container_restart_policies(str(kubelet or "")),
+        )
 
 
 def bound_ns(pod: Mapping[str, Any]) -> int | None:

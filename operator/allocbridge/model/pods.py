@@ -35,7 +35,9 @@ of a service job `OnFailure`, so its exit 0 ends it, and a poststart sidecar of 
 `Always`, an ephemeral poststart task that exits 0 is started again by the kubelet (with its
 back-off): the operator records that first exit as the task's completion and ignores the
 reruns, but the command does run again; and a batch job's poststart sidecar that exits 0
-stays stopped.
+stays stopped. The same holds on a node whose kubelet is older than the API server (during an
+upgrade): the pod keeps the container's policy but that kubelet ignores it, which is why the
+reconciler reads each node's kubelet version (`kubelet_honours_container_restart_policies`).
 
 Resources: Nomad CPU MHz become millicores at `PodSettings.mhz_per_cpu` MHz per CPU (default
 1000, so 100 MHz = 100m) as the request; no CPU limit unless `cpu_limit_factor` is set, since
@@ -186,6 +188,16 @@ def honours_container_restart_policies(major: str, minor: str) -> bool:
     if not major.isdigit() or digits is None:
         return False
     return (int(major), int(digits.group())) >= CONTAINER_RESTART_POLICIES_SINCE
+
+
+def kubelet_honours_container_restart_policies(kubelet_version: str) -> bool | None:
+    """From a node's `status.nodeInfo.kubeletVersion` (`v1.34.2-eks-113cf36`): during an
+    upgrade, a 1.35 API server keeps a container's own policy that an older kubelet ignores.
+    None when the version is not a Kubernetes one (a simulated kubelet's)."""
+    found = re.match(r"v?(\d+)\.(\d+)\.", kubelet_version)
+    if found is None:
+        return None
+    return (int(found[1]), int(found[2])) >= CONTAINER_RESTART_POLICIES_SINCE
 
 
 def cpu_millicores(mhz: int, settings: PodSettings = DEFAULT_SETTINGS) -> int:

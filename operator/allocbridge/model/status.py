@@ -180,11 +180,14 @@ def _kubelet_restarts(task: Task, exit_code: int, policy: str) -> bool:
     return policy == "Always" or (policy == "OnFailure" and exit_code != 0)
 
 
-def _restart_policy(pod: Mapping[str, Any], container: str) -> str:
+def _restart_policy(pod: Mapping[str, Any], container: str, own_honoured: bool = True) -> str:
     """The container's restart policy: its own where the pod carries one (the API server drops
-    it where the cluster does not honour it), else the pod's."""
+    it where the cluster does not honour it), else the pod's. A regular container's own is
+    ignored by a kubelet older than the API server's rule (`own_honoured` False, see `derive`);
+    an init container's is a native sidecar's, which every supported kubelet honours."""
     spec = pod.get("spec") or {}
-    for c in (*(spec.get("initContainers") or ()), *(spec.get("containers") or ())):
+    regular = spec.get("containers") or ()
+    for c in (*(spec.get("initContainers") or ()), *(regular if own_honoured else ())):
         if c.get("name") == container and c.get("restartPolicy"):
             return str(c["restartPolicy"])
     return str(spec.get("restartPolicy") or "Always")
@@ -249,16 +252,29 @@ def derive(
     pod: Mapping[str, Any] | None,
     now_ns: int,
     kube_events: Sequence[KubeEvent] = (),
+    *,
+    container_restart_policies: bool = True,
 ) -> Decision:
-    """The next status and actions for an allocation, given its pod (None when it has none)."""
-    return _Derivation(spec, previous, now_ns).run(pod, kube_events)
+    """The next status and actions for an allocation, given its pod (None when it has none).
+
+    `container_restart_policies` False: the pod's node runs a kubelet that ignores a regular
+    container's own `restartPolicy` (older than 1.35 under a newer API server, as during an
+    upgrade), so the pod's policy decides whether an exited task runs again."""
+    return _Derivation(spec, previous, now_ns, container_restart_policies).run(pod, kube_events)
 
 
 class _Derivation:
     """One pass of `derive`: the context every step shares."""
 
-    def __init__(self, spec: AllocationSpec, previous: Mapping[str, Any], now_ns: int) -> None:
+    def __init__(
+        self,
+        spec: AllocationSpec,
+        previous: Mapping[str, Any],
+        now_ns: int,
+        own_policies: bool = True,
+    ) -> None:
         self.spec = spec
+        self.own_policies = own_policies  # see `derive`
         self.previous = previous
         self.now = now_ns
         self.status = dict(previous)
@@ -348,7 +364,8 @@ class _Derivation:
                     self.tasks.set(task.name, state=RUNNING, startedAt=rfc3339(started))
                     self.add(task.name, "Started", "Task started by client", started)
             elif "terminated" in state:
-                self.terminated(task, state["terminated"], _restart_policy(pod, task.name))
+                policy = _restart_policy(pod, task.name, self.own_policies)
+                self.terminated(task, state["terminated"], policy)
             elif "waiting" in state and self.tasks.state(task.name) != DEAD:
                 self.waiting(task, state["waiting"])
 

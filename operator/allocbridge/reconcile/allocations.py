@@ -345,9 +345,18 @@ class Reconciler:
             self.schedule(namespace, name, delay=5.0)
             return
         events: list[KubeEvent] = []
+        node: KnownNode | None = None
         if pod is not None:
             events = self.observed.pod_events(pod["metadata"]["uid"])
-        decision = derive(spec, {**previous, **bookkeeping}, pod, now, events)
+            node = await self._known_node(pod)
+        decision = derive(
+            spec,
+            {**previous, **bookkeeping},
+            pod,
+            now,
+            events,
+            container_restart_policies=node is None or node.container_restart_policies is not False,
+        )
         log.debug(
             "reconciled",
             extra={
@@ -364,7 +373,7 @@ class Reconciler:
             # of the pass that created it may have been held back and merged into this one.
             status["podCreated"] = True
             status["podName"] = name
-            status.update(node_fields(pod, await self._known_node(pod), previous))
+            status.update(node_fields(pod, node, previous))
 
         if decision.create_pod:
             body = pods.render_pod(
