@@ -31,7 +31,17 @@ def operator(
 def own_cluster(tmp_path: Path) -> Iterator[LocalCluster]:
     """A control plane of the test's own, with one node `node-1`, for tests that stop its
     parts or replace its nodes, which would disturb the session's cluster."""
-    local = LocalCluster(state_dir=tmp_path / "controlplane")
+    yield from _started(LocalCluster(state_dir=tmp_path / "controlplane"))
+
+
+@pytest.fixture
+def audited_cluster(tmp_path: Path) -> Iterator[LocalCluster]:
+    """As `own_cluster`, with the API server's audit log of lists and watches, for tests of
+    what a client asks for; one client at a time makes the log easy to read."""
+    yield from _started(LocalCluster(state_dir=tmp_path / "controlplane", audit=True))
+
+
+def _started(local: LocalCluster) -> Iterator[LocalCluster]:
     try:
         local.binaries  # noqa: B018 - skips below when the control plane is not built
     except BinariesMissingError as exc:

@@ -625,3 +625,37 @@ def test_a_node_registered_again_under_its_name_is_a_new_node_id(
         assert after_uid in on_new_node and before_uid not in on_new_node
     finally:
         operator.stop()
+
+
+def test_the_operator_watches_only_its_own_pods_and_events_about_pods(
+    audited_cluster: LocalCluster, tmp_path: Path
+) -> None:
+    """The API server, not the operator, drops other workloads' pods and Events: Kopf's
+    handler filters (`labels=`, `when=`) run in the client, so without selectors in the
+    requests every pod and Event of the cluster would reach each replica. On a control plane of
+    the test's own, whose API server records lists and watches."""
+    kubectl = ClusterKubectl(audited_cluster)
+    kubeconfig = operator_kubeconfig(kubectl, audited_cluster.kubeconfig, tmp_path / "sa")
+    kubectl.create_namespace("watched")
+    operator = Operator(tmp_path, kubeconfig).start()
+    try:
+        kubectl.apply(allocation_manifest("watched", "watched"))
+        wait_status(kubectl, "watched", "watched", "running")  # the narrowed watches deliver
+    finally:
+        operator.stop()
+
+    asked = [
+        r
+        for r in audited_cluster.audited_requests()
+        if r.username == "system:serviceaccount:allocbridge-system:allocbridge"
+    ]
+    pods = [r for r in asked if r.path == "/api/v1/pods"]
+    events = [r for r in asked if r.path == "/api/v1/events"]
+    assert {r.verb for r in pods} == {"list", "watch"}, pods
+    assert {r.user_agent.split("/")[0] for r in pods} >= {"kopf"}, pods
+    assert all(
+        r.query.get("labelSelector") == "app.kubernetes.io/managed-by=allocbridge" for r in pods
+    ), pods
+    assert {r.verb for r in events} == {"list", "watch"}, events
+    assert all(r.query.get("fieldSelector") == "involvedObject.kind=Pod" for r in events), events
+    assert all(r.code == 200 for r in pods + events), pods + events

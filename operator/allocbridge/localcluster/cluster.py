@@ -15,9 +15,10 @@ Typical use (start-up and stop are synchronous: a pytest session fixture, or the
     cluster.stop()                      # also at interpreter exit, SIGTERM or SIGHUP
 
 State directory layout: `kubeconfig`, `pki/`, `etcd/` (kept across starts of the same directory),
-`logs/<component>.log`, `kwok/`, `processes.json`, and `sandbox` (a link to this run's sandbox
-folder under /tmp, which is removed on stop). Without a state directory a temporary one is used
-and removed on stop.
+`logs/<component>.log` (and the API server's `logs/audit.log` of lists and watches with
+`audit=True`), `kwok/`, `processes.json`, and `sandbox` (a link to this run's sandbox folder
+under /tmp, which is removed on stop). Without a state directory a temporary one is used and
+removed on stop.
 
 Exec safety: kwok runs exec commands on this machine. kwok starts with
 `PATH=<stand-ins>:<stand-ins>/guard:/usr/local/bin:/usr/bin:/bin`, so a bare `kill` (and pkill,
@@ -54,6 +55,7 @@ from typing import Any
 
 import yaml
 
+from .audit import AuditedRequest, read_audit_log, write_audit_policy
 from .binaries import Binaries, kwok_crd_file
 from .kubelet import (
     SignalRecord,
@@ -96,6 +98,7 @@ class LocalCluster:
         *,
         bin_dir: Path | None = None,
         start_timeout: float = 120.0,
+        audit: bool = False,
     ) -> None:
         self._temporary = state_dir is None
         if state_dir is None:  # created by start(), removed by stop()
@@ -110,6 +113,7 @@ class LocalCluster:
         self._bin_dir = bin_dir
         self._binaries: Binaries | None = None
         self._timeout = start_timeout
+        self._audit = audit
         self._procs: list[ManagedProcess] = []
         self._envs: dict[str, dict[str, str] | None] = {}  # for start_component
         self._ports: dict[str, int] = {}
@@ -324,6 +328,12 @@ class LocalCluster:
     def log_path(self, component: str) -> Path:
         return self.state_dir / "logs" / f"{component}.log"
 
+    def audited_requests(self) -> list[AuditedRequest]:
+        """The list and watch requests the API server has served so far (`audit=True` only)."""
+        if not self._audit:
+            raise RuntimeError("this cluster was started without audit=True")
+        return read_audit_log(self.log_path("audit"))
+
     def stop_component(self, name: str) -> None:
         """Stop one component (e.g. "kube-apiserver") to test an outage; see start_component."""
         self._component(name).stop()
@@ -403,8 +413,16 @@ class LocalCluster:
                 "--endpoint-reconciler-type=none",
                 "--allow-privileged=true",
                 "--profiling=false",
+                *self._audit_flags(),
             ],
         )
+
+    def _audit_flags(self) -> list[str]:
+        if not self._audit:
+            return []
+        self.log_path("audit").unlink(missing_ok=True)
+        policy = write_audit_policy(self.state_dir / "audit-policy.yaml")
+        return [f"--audit-policy-file={policy}", f"--audit-log-path={self.log_path('audit')}"]
 
     def _start_controllers(self, b: Binaries, pki: Pki) -> None:
         p = self._ports

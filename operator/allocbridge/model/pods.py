@@ -85,6 +85,8 @@ LABEL_JOB: Final = "allocbridge.io/job"
 LABEL_GROUP: Final = "allocbridge.io/group"
 LABEL_MANAGED_BY: Final = "app.kubernetes.io/managed-by"
 MANAGED_BY: Final = "allocbridge"
+#: The label selector of the pods this operator created, for its watches.
+MANAGED_SELECTOR: Final = f"{LABEL_MANAGED_BY}={MANAGED_BY}"
 # Annotations carry the exact values that labels cannot (length and character limits).
 ANNOTATION_ALLOC_NAME: Final = "allocbridge.io/alloc-name"
 ANNOTATION_JOB_ID: Final = "allocbridge.io/job-id"

@@ -30,6 +30,7 @@ from allocbridge.config import KubernetesSettings
 from allocbridge.model.pods import (
     LABEL_MANAGED_BY,
     MANAGED_BY,
+    MANAGED_SELECTOR,
     PodSettings,
     honours_container_restart_policies,
     owning_allocation,
@@ -151,6 +152,17 @@ def build_registry(credentials: Credentials, settings: KubernetesSettings) -> ko
     return registry
 
 
+def watch_only_what_is_handled(settings: kopf.OperatorSettings) -> None:
+    """Let the API server filter the pods and Events that the handlers would drop.
+
+    A handler's `labels=` and `when=` filter in this process, after the API server has sent
+    every pod and every Event in the watched namespaces (the whole cluster by default); these
+    selectors go into the watch requests themselves, so other workloads cost neither side.
+    """
+    settings.watching.label_selectors["", "v1", "pods"] = MANAGED_SELECTOR
+    settings.watching.field_selectors["", "v1", "events"] = "involvedObject.kind=Pod"
+
+
 class NoDiffBase(kopf.DiffBaseStorage):
     """No diff base: Kopf would deep-copy every watched body (pods, Events, Allocations with
     their task events) to diff it, for change-detecting handlers this operator does not have.
@@ -200,6 +212,7 @@ class OperatorThread:
         settings.watching.server_timeout = 300
         settings.watching.client_timeout = 330
         settings.networking.error_backoffs = [1, 1, 2, 3, 5, 8]
+        watch_only_what_is_handled(settings)
         namespaces = self.settings.namespaces
         await kopf.operator(
             registry=build_registry(self.credentials, self.settings),

@@ -21,7 +21,7 @@ from kubernetes_asyncio import client
 from allocbridge.cluster.resources import GROUP, PLURAL, VERSION
 from allocbridge.cluster.watch import Changed, Listed, watch
 from allocbridge.model import wire
-from allocbridge.model.pods import LABEL_MANAGED_BY, MANAGED_BY, owning_allocation
+from allocbridge.model.pods import MANAGED_SELECTOR, owning_allocation
 from allocbridge.model.validation import parse_and_validate
 from allocbridge.store.allocation import StoredAllocation
 from allocbridge.store.memory import AllocationStore
@@ -82,7 +82,7 @@ class StoreFeed:
         }
 
     def _pod_call(self, namespace: str | None) -> tuple[Any, dict[str, Any]]:
-        selector = {"label_selector": f"{LABEL_MANAGED_BY}={MANAGED_BY}"}
+        selector = {"label_selector": MANAGED_SELECTOR}
         if namespace is None:
             return self.core.list_pod_for_all_namespaces, selector
         return self.core.list_namespaced_pod, {**selector, "namespace": namespace}
