@@ -14,7 +14,7 @@ from kubernetes_asyncio import client
 
 from allocbridge.cluster.watch import Changed, Listed
 from allocbridge.store import AllocationStore
-from allocbridge.store.feed import StoreFeed
+from allocbridge.store.feed import RecentSpecs, StoreFeed
 
 EXAMPLES = Path(__file__).parents[2] / "examples"
 UID = "8c3d9a1f-0000-4000-8000-000000000001"
@@ -147,3 +147,33 @@ async def test_a_pod_change_the_api_shows_moves_the_allocations_modify_index(
     assert moved.wire["ModifyIndex"] == moved.stub["ModifyIndex"] == 121
     assert moved.wire["NetworkStatus"]["Address"] == "10.0.0.9"
     assert moved.wire["AllocModifyIndex"] == seen.wire["AllocModifyIndex"]
+
+
+def with_uid(uid: str, generation: int = 1) -> dict[str, Any]:
+    obj = example(generation=generation, version=120)
+    obj["metadata"]["uid"] = uid
+    return obj
+
+
+def test_a_spec_is_parsed_once_per_uid_and_generation() -> None:
+    specs = RecentSpecs()
+    first = specs.usable(with_uid("a"))
+    assert first is not None
+    assert specs.usable(with_uid("a")) is first, "a status change parses nothing again"
+    assert specs.usable(with_uid("a", generation=2)) is not first
+    assert specs.usable(with_uid("b")) is not first
+
+
+def test_only_the_most_recently_used_specs_are_kept() -> None:
+    specs = RecentSpecs(limit=2)
+    a, b = specs.usable(with_uid("a")), specs.usable(with_uid("b"))
+    assert specs.usable(with_uid("a")) is a  # a is now the most recent
+    specs.usable(with_uid("c"))  # and b, the oldest, goes
+    assert specs.usable(with_uid("a")) is a
+    assert specs.usable(with_uid("b")) is not b
+
+
+def test_an_invalid_spec_is_not_usable() -> None:
+    broken = with_uid("x")
+    broken["spec"]["tasks"] = []
+    assert RecentSpecs().usable(broken) is None
