@@ -222,6 +222,25 @@ def test_deleted_pod_is_a_task_failure_and_restarts(
     assert len(pods) == 1 and pods[0]["metadata"]["uid"] != first_uid
 
 
+def test_a_pod_that_loses_its_managed_by_label_is_not_taken_for_deleted(
+    operator: Operator, kubectl: Any, namespace: str
+) -> None:
+    """The operator's pod watch selects by the managed-by label, so removing the label makes
+    the API server report the pod DELETED to it. The pod still exists and still belongs to the
+    allocation: the operator reads it instead of counting a failure and replacing it."""
+    restart = {"attempts": 2, "interval": "10m", "delay": "1s", "mode": "fail"}
+    kubectl.apply(alloc_manifest("relabelled", namespace, restart=restart))
+    wait_status(kubectl, namespace, "relabelled", "running")
+    uid = kubectl.json("get", "pod", "relabelled", "-n", namespace)["metadata"]["uid"]
+    kubectl("label", "pod", "relabelled", "-n", namespace, "app.kubernetes.io/managed-by-")
+    time.sleep(3)  # a replacement (1 s delay) would have begun
+    [pod] = pods_of(kubectl, namespace)
+    assert pod["metadata"]["uid"] == uid and "deletionTimestamp" not in pod["metadata"]
+    state = status(kubectl, namespace, "relabelled")
+    assert state["clientStatus"] == "running"
+    assert state["taskStates"]["main"]["restarts"] == 0, event_types(state, "main")
+
+
 def test_dead_leader_stops_its_siblings(
     operator: Operator, cluster: Any, kubectl: Any, namespace: str
 ) -> None:
