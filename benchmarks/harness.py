@@ -153,6 +153,13 @@ def other_cpu_share(start: CpuSnapshot, end: CpuSnapshot) -> tuple[float, float]
     return others, (others / capacity if capacity > 0 else 0.0)
 
 
+def machine_cpu_used(start: CpuSnapshot, end: CpuSnapshot) -> tuple[float, float]:
+    """(CPU-seconds every process of the machine used, their share of its capacity)."""
+    used = (end.machine_busy - start.machine_busy) / os.sysconf("SC_CLK_TCK")
+    capacity = (end.at - start.at) * (os.cpu_count() or 1)
+    return used, (used / capacity if capacity > 0 else 0.0)
+
+
 def machine() -> str:
     """CPU model, cores, memory and kernel, from /proc."""
     model = "unknown CPU"

@@ -20,7 +20,16 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Final
 
-from benchmarks.harness import Bench, BenchError, Json, cpu_seconds, gather_limited, log
+from benchmarks.harness import (
+    Bench,
+    BenchError,
+    Json,
+    cpu_seconds,
+    cpu_snapshot,
+    gather_limited,
+    log,
+    machine_cpu_used,
+)
 from benchmarks.population import allocation, collection, job_of
 from benchmarks.table import Row, median, within
 
@@ -144,14 +153,18 @@ def _since(before: dict[str, int], after: dict[str, int], what: str) -> int:
 
 @dataclass(frozen=True)
 class Round:
-    """One side's run: seconds until done, seconds its creates took, API server requests, and
-    the CPU-seconds the API server and the operator used meanwhile."""
+    """One side's run: seconds until done, seconds its creates took, API server requests, the
+    CPU-seconds the API server and the operator used meanwhile, and those of every process of
+    the machine with their share of its capacity: a share near 100% means the round was
+    bound by CPU, so its time measures work rather than waiting."""
 
     seconds: float
     issued: float
     requests: int
     apiserver_cpu: float
     operator_cpu: float
+    machine_cpu: float
+    machine_share: float
 
 
 #: The pids whose CPU a round reports: (kube-apiserver, the reconciling operator).
@@ -169,14 +182,25 @@ async def _measured(
 ) -> Round:
     served = await bench.api.requests_served()
     began = [cpu_seconds(pid) for pid in pids]
+    machine_began = cpu_snapshot()
     seconds, issued = await _timed(bench, path, progress, create)
+    machine_cpu, machine_share = machine_cpu_used(machine_began, cpu_snapshot())
     used = [cpu_seconds(pid) - before for pid, before in zip(pids, began, strict=True)]
     requests = _since(served, await bench.api.requests_served(), what)
     log(
         f"reconcile: {what} done in {seconds:.1f}s (API server CPU {used[0]:.1f}s, "
-        f"operator {used[1]:.1f}s); deleting"
+        f"operator {used[1]:.1f}s, machine {machine_cpu:.1f}s = {machine_share:.0%} of its "
+        "cores); deleting"
     )
-    return Round(seconds, issued, requests, apiserver_cpu=used[0], operator_cpu=used[1])
+    return Round(
+        seconds,
+        issued,
+        requests,
+        apiserver_cpu=used[0],
+        operator_cpu=used[1],
+        machine_cpu=machine_cpu,
+        machine_share=machine_share,
+    )
 
 
 async def _replica_set_round(bench: Bench, count: int, pids: Pids) -> Round:
@@ -270,7 +294,11 @@ async def measure(
                 f"{median([r.requests for r in peers]) / count:.1f} per pod; API server CPU "
                 f"{median([r.apiserver_cpu for r in ours]):.1f} s vs "
                 f"{median([r.apiserver_cpu for r in peers]):.1f} s, operator "
-                f"{median([r.operator_cpu for r in ours]):.1f} s"
+                f"{median([r.operator_cpu for r in ours]):.1f} s; every process "
+                f"{median([r.machine_cpu for r in ours]):.1f} s vs "
+                f"{median([r.machine_cpu for r in peers]):.1f} s, "
+                f"{median([r.machine_share for r in ours]):.0%} vs "
+                f"{median([r.machine_share for r in peers]):.0%} of the cores"
             ),
         )
     ]
