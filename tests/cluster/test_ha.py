@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import datetime
 import functools
 import json
 import signal
@@ -31,6 +32,7 @@ from running_operator import (
     REPO,
     ClusterKubectl,
     Operator,
+    allocation_manifest,
     eventually,
     http,
     operator_kubeconfig,
@@ -638,5 +640,72 @@ def test_one_apply_on_a_fresh_cluster_brings_a_waiting_replica_to_reconcile(
         kubectl("create", "namespace", "fresh")
         kubectl.apply(alloc_manifest("first", "fresh", driver=PODLESS))
         eventually(lambda: replica.reconciled("fresh", "first"), what="the replica to reconcile")
+    finally:
+        stop_all(replica)
+
+
+#: The restart delay of the allocation whose timer a pause has to hold back: long enough for
+#: the test to freeze the peering first, on a slow machine too.
+RESTART_DELAY = 10
+
+
+def test_a_paused_replica_fires_no_pass_from_its_timers(
+    own_cluster: LocalCluster, tmp_path: Path
+) -> None:
+    """Kopf stops a paused replica's watches but not the reconciler's timers. A restart delay
+    that runs out while another peer holds the lease must not make the paused replica act on
+    what it saw last: the replica that leads decides. Here nobody leads (the peering is frozen,
+    as `kopf freeze` does), so the deleted pod stays gone past its delay, and the replica
+    replaces it once it resumes. On a control plane of the test's own: the session's standalone
+    operator would replace the pod itself."""
+    kubectl = ClusterKubectl(own_cluster)
+    kubeconfig = operator_kubeconfig(kubectl, own_cluster.kubeconfig, tmp_path / "sa")
+    kubectl.create_namespace("frozen")
+    peering = "allocbridge-frozen"
+    kubectl.apply(
+        {"apiVersion": "kopf.dev/v1", "kind": "ClusterKopfPeering", "metadata": {"name": peering}}
+    )
+    replica = Replica(tmp_path / "operator", kubeconfig, peering=peering).start()
+    try:
+        eventually(replica.leading, what="the replica to lead")
+        restart = {"attempts": 2, "interval": "10m", "delay": f"{RESTART_DELAY}s", "mode": "fail"}
+        kubectl.apply(allocation_manifest("delayed", "frozen", restart=restart))
+
+        def status() -> dict[str, Any]:
+            found: dict[str, Any] = kubectl.json("get", "allocation", "delayed", "-n", "frozen")
+            return found.get("status") or {}
+
+        eventually(lambda: status().get("clientStatus") == "running", what="the allocation to run")
+        kubectl("delete", "pod", "delayed", "-n", "frozen")
+        start_after = eventually(
+            lambda: status().get("startAfter"), what="the restart to wait for its delay"
+        )
+
+        frozen = {
+            "priority": 1_000_000,
+            "lifetime": 300,
+            "lastseen": datetime.datetime.now(datetime.UTC).isoformat(),
+        }
+        freeze = {"status": {"frozen-by-test": frozen}}
+        kubectl("patch", "clusterkopfpeering", peering, "--type=merge", "-p", json.dumps(freeze))
+        eventually(lambda: not replica.leading(), what="the replica to pause")
+        assert time.time() < int(start_after) / 1e9, "paused too late for this test to tell"
+
+        time.sleep(int(start_after) / 1e9 - time.time() + 3.0)  # a pass would have made it
+        gone = kubectl("get", "pod", "delayed", "-n", "frozen", check=False)
+        assert gone.returncode != 0, "the paused replica replaced the pod"
+        assert any(
+            r.get("msg") == "paused: no pass" and r.get("allocation") == "frozen/delayed"
+            for r in replica.records()
+        ), "the restart delay's timer did not fire"
+
+        thaw = {"status": {"frozen-by-test": None}}
+        kubectl("patch", "clusterkopfpeering", peering, "--type=merge", "-p", json.dumps(thaw))
+        eventually(replica.leading, what="the replica to resume")
+        eventually(
+            lambda: kubectl.json("get", "pod", "delayed", "-n", "frozen"),
+            what="the resumed replica to replace the pod",
+        )
+        eventually(lambda: status().get("clientStatus") == "running", what="the allocation to run")
     finally:
         stop_all(replica)

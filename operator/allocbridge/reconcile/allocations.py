@@ -37,7 +37,7 @@ import asyncio
 import datetime
 import logging
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from kubernetes_asyncio.client.exceptions import ApiException
@@ -168,8 +168,12 @@ class Reconciler:
         *,
         coalesce: float = DEFAULT_COALESCE,
         start_hold: float = DEFAULT_START_HOLD,
+        paused: Callable[[], bool] = lambda: False,
     ) -> None:
         self.kube = kube
+        # Whether Kopf's peering has paused this replica (see `pausing`): then its watches
+        # stand still and what it holds grows stale, so timers fire no pass.
+        self.paused = paused
         self.settings = settings
         self.actions = actions
         self.coalesce = coalesce
@@ -276,7 +280,12 @@ class Reconciler:
             self.workers[key] = asyncio.create_task(self._work(key), name=f"reconcile {key}")
 
     def _due(self, namespace: str, name: str) -> None:
+        """A timer's pass, unless the replica is paused: the replica that leads acts now, and
+        this one, when it resumes, makes a pass over every allocation Kopf lists again."""
         self.timers.pop((namespace, name), None)
+        if self.paused():
+            log.debug("paused: no pass", extra={"allocation": f"{namespace}/{name}"})
+            return
         self.schedule(namespace, name)
 
     async def _work(self, key: Key) -> None:

@@ -15,6 +15,7 @@ import asyncio
 import itertools
 import logging
 import threading
+from collections.abc import Callable
 from dataclasses import replace
 from typing import Any
 
@@ -36,6 +37,7 @@ from allocbridge.model.pods import (
     owning_allocation,
 )
 from allocbridge.reconcile.allocations import Reconciler
+from allocbridge.reconcile.pausing import following_peering
 
 log = logging.getLogger(__name__)
 
@@ -76,8 +78,13 @@ async def create_peering(kube: Kube, name: str) -> None:
         log.info("ClusterKopfPeering created", extra={"peering": name})
 
 
-def build_registry(credentials: Credentials, settings: KubernetesSettings) -> kopf.OperatorRegistry:
-    """The handlers this operator runs; login uses the credentials the process already loaded.
+def build_registry(
+    credentials: Credentials,
+    settings: KubernetesSettings,
+    paused: Callable[[], bool] = lambda: False,
+) -> kopf.OperatorRegistry:
+    """The handlers this operator runs; login uses the credentials the process already loaded;
+    `paused` says whether Kopf's peering has paused the operator (see `pausing`).
 
     Only low-level `on.event` handlers are used: they add no finalizers and no annotations, so
     an Allocation never gets stuck when the operator is down, and reconciliation stays
@@ -100,7 +107,7 @@ def build_registry(credentials: Credentials, settings: KubernetesSettings) -> ko
         log.info("pods rendered", extra={"container_restart_policies": honoured})
         rendering = replace(pod_settings, container_restart_policies=honoured)
         actions = Actions(kube, credentials.configuration())
-        state["reconciler"] = Reconciler(kube, rendering, actions)
+        state["reconciler"] = Reconciler(kube, rendering, actions, paused=paused)
         if not settings.standalone:
             state["peering"] = asyncio.create_task(create_peering(kube, settings.peering))
 
@@ -214,18 +221,19 @@ class OperatorThread:
         settings.networking.error_backoffs = [1, 1, 2, 3, 5, 8]
         watch_only_what_is_handled(settings)
         namespaces = self.settings.namespaces
-        await kopf.operator(
-            registry=build_registry(self.credentials, self.settings),
-            settings=settings,
-            standalone=self.settings.standalone,
-            priority=self.settings.priority,
-            # Naming a peering makes it mandatory in Kopf: only when not standalone.
-            peering_name=None if self.settings.standalone else self.settings.peering,
-            clusterwide=not namespaces,
-            namespaces=namespaces,
-            stop_flag=self.stop_flag,
-            ready_flag=self.ready_flag,
-        )
+        with following_peering() as pause:
+            await kopf.operator(
+                registry=build_registry(self.credentials, self.settings, lambda: pause.paused),
+                settings=settings,
+                standalone=self.settings.standalone,
+                priority=self.settings.priority,
+                # Naming a peering makes it mandatory in Kopf: only when not standalone.
+                peering_name=None if self.settings.standalone else self.settings.peering,
+                clusterwide=not namespaces,
+                namespaces=namespaces,
+                stop_flag=self.stop_flag,
+                ready_flag=self.ready_flag,
+            )
 
     def stop(self, timeout: float = 30.0) -> None:
         """Blocking: set the stop flag and join the thread."""
