@@ -29,7 +29,11 @@ or a signal says so (see `kubelet.py`).
 
 from __future__ import annotations
 
+import textwrap
 from pathlib import Path
+from typing import Any
+
+import yaml
 
 SANDBOX_CONDITION = "localcluster.allocbridge.io/SandboxReady"
 NODE_LABEL_KEY = "kwok.x-k8s.io/node"
@@ -38,224 +42,225 @@ NODE_SELECTOR = f"{NODE_LABEL_KEY}={NODE_LABEL_VALUE}"
 #: A node annotation that sets the kubeletVersion kwok reports (its own version otherwise).
 KUBELET_VERSION_ANNOTATION = "localcluster.allocbridge.io/kubelet-version"
 
+Json = dict[str, Any]
+
+
+def _template(text: str) -> str:
+    """A status template (Go template text that renders YAML), without its source indent."""
+    return textwrap.dedent(text).lstrip("\n")
+
+
 #: Both node stages write every condition kwok knows with a fresh heartbeat.
-_NODE_CONDITIONS = r"""      {{ $now := Now }}
-      {{ $since := or .metadata.creationTimestamp $now }}
-      conditions:
-      {{ range NodeConditions }}
-      - type: {{ .type | Quote }}
-        status: {{ .status | Quote }}
-        reason: {{ .reason | Quote }}
-        message: {{ .message | Quote }}
-        lastHeartbeatTime: {{ $now | Quote }}
-        lastTransitionTime: {{ $since | Quote }}
-      {{ end }}
-"""
+_NODE_CONDITIONS = _template(
+    """
+    {{ $now := Now }}
+    {{ $since := or .metadata.creationTimestamp $now }}
+    conditions:
+    {{ range NodeConditions }}
+    - type: {{ .type | Quote }}
+      status: {{ .status | Quote }}
+      reason: {{ .reason | Quote }}
+      message: {{ .message | Quote }}
+      lastHeartbeatTime: {{ $now | Quote }}
+      lastTransitionTime: {{ $since | Quote }}
+    {{ end }}
+    """
+)
 
-_NODE_INITIALIZE = r"""
-apiVersion: kwok.x-k8s.io/v1alpha1
-kind: Stage
-metadata:
-  name: allocbridge-node-initialize
-spec:
-  resourceRef:
-    apiGroup: v1
-    kind: Node
-  selector:
-    matchExpressions:
-    - key: '.status.conditions.[] | select( .type == "Ready" ) | .status'
-      operator: NotIn
-      values: ['True']
-  next:
-    statusTemplate: |
-@NODE_CONDITIONS@
-      addresses:
-      {{ with NodeIP }}
-      - type: InternalIP
-        address: {{ . | Quote }}
-      {{ end }}
-      - type: Hostname
-        address: {{ .metadata.name | Quote }}
-      {{ with NodePort }}
-      daemonEndpoints:
-        kubeletEndpoint:
-          Port: {{ . }}
-      {{ end }}
-      capacity:
-        cpu: "1000"
-        memory: 1Ti
-        pods: "10000"
-        ephemeral-storage: 1Ti
-      allocatable:
-        cpu: "1000"
-        memory: 1Ti
-        pods: "10000"
-        ephemeral-storage: 1Ti
-      {{ $kubelet := printf "kwok-%s" Version }}
-      {{ with .metadata.annotations }}
-      {{ with index . "@KUBELET_VERSION@" }}{{ $kubelet = . }}{{ end }}
-      {{ end }}
-      nodeInfo:
-        architecture: amd64
-        operatingSystem: linux
-        osImage: allocbridge local cluster (kwok)
-        kernelVersion: {{ printf "kwok-%s" Version | Quote }}
-        kubeletVersion: {{ $kubelet | Quote }}
-        kubeProxyVersion: {{ printf "kwok-%s" Version | Quote }}
-        containerRuntimeVersion: {{ printf "kwok-%s" Version | Quote }}
-        machineID: ""
-        systemUUID: ""
-        bootID: ""
-      phase: Running
-"""
+_NODE_DETAILS = _template(
+    """
+    addresses:
+    {{ with NodeIP }}
+    - type: InternalIP
+      address: {{ . | Quote }}
+    {{ end }}
+    - type: Hostname
+      address: {{ .metadata.name | Quote }}
+    {{ with NodePort }}
+    daemonEndpoints:
+      kubeletEndpoint:
+        Port: {{ . }}
+    {{ end }}
+    capacity:
+      cpu: "1000"
+      memory: 1Ti
+      pods: "10000"
+      ephemeral-storage: 1Ti
+    allocatable:
+      cpu: "1000"
+      memory: 1Ti
+      pods: "10000"
+      ephemeral-storage: 1Ti
+    {{ $kubelet := printf "kwok-%s" Version }}
+    {{ with .metadata.annotations }}
+    {{ with index . "@KUBELET_VERSION@" }}{{ $kubelet = . }}{{ end }}
+    {{ end }}
+    nodeInfo:
+      architecture: amd64
+      operatingSystem: linux
+      osImage: allocbridge local cluster (kwok)
+      kernelVersion: {{ printf "kwok-%s" Version | Quote }}
+      kubeletVersion: {{ $kubelet | Quote }}
+      kubeProxyVersion: {{ printf "kwok-%s" Version | Quote }}
+      containerRuntimeVersion: {{ printf "kwok-%s" Version | Quote }}
+      machineID: ""
+      systemUUID: ""
+      bootID: ""
+    phase: Running
+    """
+).replace("@KUBELET_VERSION@", KUBELET_VERSION_ANNOTATION)
 
-_NODE_HEARTBEAT = r"""
-apiVersion: kwok.x-k8s.io/v1alpha1
-kind: Stage
-metadata:
-  name: allocbridge-node-heartbeat
-spec:
-  resourceRef:
-    apiGroup: v1
-    kind: Node
-  selector:
-    matchExpressions:
-    - key: '.status.phase'
-      operator: In
-      values: ['Running']
-    - key: '.status.conditions.[] | select( .type == "Ready" ) | .status'
-      operator: In
-      values: ['True']
-  delay:
-    durationMilliseconds: 300000
-    jitterDurationMilliseconds: 360000
-  next:
-    statusTemplate: |
-@NODE_CONDITIONS@
-  immediateNextStage: true
-"""
+_POD_RUNNING = _template(
+    """
+    {{ $now := Now }}
+    conditions:
+    - type: PodReadyToStartContainers
+      status: "True"
+      lastTransitionTime: {{ $now | Quote }}
+    - type: Initialized
+      status: "True"
+      lastTransitionTime: {{ $now | Quote }}
+    - type: ContainersReady
+      status: "True"
+      lastTransitionTime: {{ $now | Quote }}
+    - type: Ready
+      status: "True"
+      lastTransitionTime: {{ $now | Quote }}
+    initContainerStatuses:
+    {{ range .spec.initContainers }}
+    - name: {{ .name | Quote }}
+      image: {{ .image | Quote }}
+      imageID: {{ printf "kwok://%s" .image | Quote }}
+      restartCount: 0
+      {{ if eq .restartPolicy "Always" }}
+      ready: true
+      started: true
+      state:
+        running:
+          startedAt: {{ $now | Quote }}
+      {{ else }}
+      ready: true
+      started: false
+      state:
+        terminated:
+          exitCode: 0
+          reason: Completed
+          startedAt: {{ $now | Quote }}
+          finishedAt: {{ $now | Quote }}
+      {{ end }}
+    {{ end }}
+    containerStatuses:
+    {{ range .spec.containers }}
+    - name: {{ .name | Quote }}
+      image: {{ .image | Quote }}
+      imageID: {{ printf "kwok://%s" .image | Quote }}
+      restartCount: 0
+      ready: true
+      started: true
+      state:
+        running:
+          startedAt: {{ $now | Quote }}
+    {{ end }}
+    {{ with NodeIPWith .spec.nodeName }}
+    hostIP: {{ . | Quote }}
+    hostIPs:
+    - ip: {{ . | Quote }}
+    {{ end }}
+    {{ $m := .metadata }}
+    {{ $hostNet := or .spec.hostNetwork false }}
+    {{ $uid := or $m.uid "" }}
+    {{ with PodIPWith .spec.nodeName $hostNet $uid (or $m.name "") (or $m.namespace "") }}
+    podIP: {{ . | Quote }}
+    podIPs:
+    - ip: {{ . | Quote }}
+    {{ end }}
+    phase: Running
+    startTime: {{ $now | Quote }}
+    """
+)
 
-_POD_READY = r"""
-apiVersion: kwok.x-k8s.io/v1alpha1
-kind: Stage
-metadata:
-  name: allocbridge-pod-ready
-spec:
-  resourceRef:
-    apiGroup: v1
-    kind: Pod
-  selector:
-    matchExpressions:
-    - key: '.metadata.deletionTimestamp'
-      operator: DoesNotExist
-    - key: '.status.phase'
-      operator: In
-      values: ['Pending']
-    - key: '.status.conditions.[] | select( .type == "Ready" ) | .status'
-      operator: NotIn
-      values: ['True']
-    - key: '.status.conditions.[] | select( .type == "@SANDBOX@" ) | .status'
-      operator: In
-      values: ['True']
-  next:
-    statusTemplate: |
-      {{ $now := Now }}
-      conditions:
-      - type: PodReadyToStartContainers
-        status: "True"
-        lastTransitionTime: {{ $now | Quote }}
-      - type: Initialized
-        status: "True"
-        lastTransitionTime: {{ $now | Quote }}
-      - type: ContainersReady
-        status: "True"
-        lastTransitionTime: {{ $now | Quote }}
-      - type: Ready
-        status: "True"
-        lastTransitionTime: {{ $now | Quote }}
-      initContainerStatuses:
-      {{ range .spec.initContainers }}
-      - name: {{ .name | Quote }}
-        image: {{ .image | Quote }}
-        imageID: {{ printf "kwok://%s" .image | Quote }}
-        restartCount: 0
-        {{ if eq .restartPolicy "Always" }}
-        ready: true
-        started: true
-        state:
-          running:
-            startedAt: {{ $now | Quote }}
-        {{ else }}
-        ready: true
-        started: false
-        state:
-          terminated:
-            exitCode: 0
-            reason: Completed
-            startedAt: {{ $now | Quote }}
-            finishedAt: {{ $now | Quote }}
-        {{ end }}
-      {{ end }}
-      containerStatuses:
-      {{ range .spec.containers }}
-      - name: {{ .name | Quote }}
-        image: {{ .image | Quote }}
-        imageID: {{ printf "kwok://%s" .image | Quote }}
-        restartCount: 0
-        ready: true
-        started: true
-        state:
-          running:
-            startedAt: {{ $now | Quote }}
-      {{ end }}
-      {{ with NodeIPWith .spec.nodeName }}
-      hostIP: {{ . | Quote }}
-      hostIPs:
-      - ip: {{ . | Quote }}
-      {{ end }}
-      {{ $m := .metadata }}
-      {{ $hostNet := or .spec.hostNetwork false }}
-      {{ $uid := or $m.uid "" }}
-      {{ with PodIPWith .spec.nodeName $hostNet $uid (or $m.name "") (or $m.namespace "") }}
-      podIP: {{ . | Quote }}
-      podIPs:
-      - ip: {{ . | Quote }}
-      {{ end }}
-      phase: Running
-      startTime: {{ $now | Quote }}
-"""
 
-_POD_DELETE = r"""
-apiVersion: kwok.x-k8s.io/v1alpha1
-kind: Stage
-metadata:
-  name: allocbridge-pod-delete
-spec:
-  resourceRef:
-    apiGroup: v1
-    kind: Pod
-  selector:
-    matchExpressions:
-    - key: '.metadata.deletionTimestamp'
-      operator: Exists
-    - key: '.metadata.deletionGracePeriodSeconds | tostring'
-      operator: NotIn
-      values: ['0']
-  next:
-    delete: true
-"""
+def _match(key: str, operator: str, *values: str) -> Json:
+    """One of a stage's selector expressions: a jq-style `key` of the object."""
+    expression: Json = {"key": key, "operator": operator}
+    if values:
+        expression["values"] = list(values)
+    return expression
+
+
+def _stage(name: str, kind: str, *selector: Json, next_: Json, **spec: Any) -> Json:
+    """A kwok Stage for the core `kind`, applied to the objects all of `selector` matches."""
+    return {
+        "apiVersion": "kwok.x-k8s.io/v1alpha1",
+        "kind": "Stage",
+        "metadata": {"name": f"allocbridge-{name}"},
+        "spec": {
+            "resourceRef": {"apiGroup": "v1", "kind": kind},
+            "selector": {"matchExpressions": list(selector)},
+            **spec,
+            "next": next_,
+        },
+    }
+
+
+def _condition(kind: str) -> str:
+    return f'.status.conditions.[] | select( .type == "{kind}" ) | .status'
+
+
+def stages() -> list[Json]:
+    """The Stage objects, in the order of the module docstring."""
+    return [
+        _stage(
+            "node-initialize",
+            "Node",
+            _match(_condition("Ready"), "NotIn", "True"),
+            next_={"statusTemplate": _NODE_CONDITIONS + _NODE_DETAILS},
+        ),
+        _stage(
+            "node-heartbeat",
+            "Node",
+            _match(".status.phase", "In", "Running"),
+            _match(_condition("Ready"), "In", "True"),
+            delay={"durationMilliseconds": 300000, "jitterDurationMilliseconds": 360000},
+            next_={"statusTemplate": _NODE_CONDITIONS},
+            immediateNextStage=True,
+        ),
+        _stage(
+            "pod-ready",
+            "Pod",
+            _match(".metadata.deletionTimestamp", "DoesNotExist"),
+            _match(".status.phase", "In", "Pending"),
+            _match(_condition("Ready"), "NotIn", "True"),
+            _match(_condition(SANDBOX_CONDITION), "In", "True"),
+            next_={"statusTemplate": _POD_RUNNING},
+        ),
+        _stage(
+            "pod-delete",
+            "Pod",
+            _match(".metadata.deletionTimestamp", "Exists"),
+            _match(".metadata.deletionGracePeriodSeconds | tostring", "NotIn", "0"),
+            next_={"delete": True},
+        ),
+    ]
+
+
+class _Dumper(yaml.SafeDumper):
+    """Writes multi-line strings (the templates) as literal blocks, so the file reads as
+    the templates do here."""
+
+
+def _string(dumper: yaml.SafeDumper, text: str) -> yaml.ScalarNode:
+    return dumper.represent_scalar(
+        "tag:yaml.org,2002:str", text, style="|" if "\n" in text else None
+    )
+
+
+_Dumper.add_representer(str, _string)
 
 
 def kwok_config() -> str:
     """The multi-document YAML passed to kwok with `--config`."""
-    nodes = (
-        d.replace("@NODE_CONDITIONS@\n", _NODE_CONDITIONS).replace(
-            "@KUBELET_VERSION@", KUBELET_VERSION_ANNOTATION
-        )
-        for d in (_NODE_INITIALIZE, _NODE_HEARTBEAT)
-    )
-    docs = (*nodes, _POD_READY.replace("@SANDBOX@", SANDBOX_CONDITION), _POD_DELETE)
-    return "---\n".join(d.lstrip("\n") for d in docs)
+    return yaml.dump_all(stages(), Dumper=_Dumper, sort_keys=False)
 
 
 def write_kwok_config(path: Path) -> Path:
