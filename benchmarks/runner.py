@@ -21,7 +21,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Final
 
-from benchmarks import blocking, exec_stream, footprint, listing, paging, reconcile
+from benchmarks import blocking, exec_stream, footprint, listing, paging, reconcile, writes
 from benchmarks.harness import (
     Bench,
     BenchError,
@@ -44,7 +44,9 @@ from benchmarks.population import (
 )
 from benchmarks.table import Report, Row, render_report
 
-SECTIONS: Final = ("listing", "paging", "blocking", "exec", "reconcile", "footprint")
+DEFAULT_SECTIONS: Final = ("listing", "paging", "blocking", "exec", "reconcile", "footprint")
+#: Every section; `writes` is a diagnostic of the reconciliation's API server work, run on request.
+SECTIONS: Final = (*DEFAULT_SECTIONS, "writes")
 STORE_SECTIONS: Final = frozenset({"listing", "paging", "blocking", "footprint"})
 TITLES: Final = {
     "listing": listing.SECTION,
@@ -53,6 +55,7 @@ TITLES: Final = {
     "exec": exec_stream.SECTION,
     "reconcile": reconcile.SECTION,
     "footprint": footprint.SECTION,
+    "writes": writes.SECTION,
 }
 EXEC_NS: Final = "bench-exec"
 RECONCILE_NS: Final = "bench-reconcile"
@@ -84,10 +87,14 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     timing.add_argument(
         "--reconcile-rounds", type=int, default=3, help="reconciliation rounds per side"
     )
+    timing.add_argument("--writes", type=int, default=500, help="writes of a kind (--only writes)")
+    timing.add_argument("--write-rounds", type=int, default=4, help="rounds of the writes")
     parser.add_argument(
         "--only",
-        default=",".join(SECTIONS),
-        help=f"comma-separated sections to run (default all: {','.join(SECTIONS)})",
+        default=",".join(DEFAULT_SECTIONS),
+        help=(
+            f"comma-separated sections to run (default: {','.join(DEFAULT_SECTIONS)}; also: writes)"
+        ),
     )
     parser.add_argument("--state-dir", type=Path, help="control-plane state (default: a tmp dir)")
     parser.add_argument("--output", type=Path, help="also write the table (Markdown) here")
@@ -106,6 +113,8 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
         "reconcile_rounds",
         "samples",
         "walks",
+        "writes",
+        "write_rounds",
     ):
         if getattr(options, name) < 1:
             parser.error(f"--{name.replace('_', '-')} must be at least 1")
@@ -165,6 +174,10 @@ async def _with_reconciler(
         rows += await reconcile.measure(
             bench, RECONCILE_NS, options.reconcile, options.reconcile_rounds, operator.pid
         )
+    if "writes" in options.sections:
+        seed_pod = await bench.api.get(f"/api/v1/namespaces/{EXEC_NS}/pods/seed")
+        status = seed.get("status") or {}
+        rows += await writes.measure(bench, seed_pod, status, options.writes, options.write_rounds)
     operator.stop()
     await bench.api.delete(f"{collection(EXEC_NS)}/seed")
     await bench.api.wait_gone(collection(EXEC_NS), patience=120)

@@ -8,7 +8,7 @@ from types import SimpleNamespace
 from typing import Any
 
 import pytest
-from benchmarks.runner import SECTIONS, _show_operator_logs, parse_args
+from benchmarks.runner import DEFAULT_SECTIONS, _show_operator_logs, parse_args
 
 
 def test_defaults_are_the_issues_scale() -> None:
@@ -20,10 +20,20 @@ def test_defaults_are_the_issues_scale() -> None:
         500,
     )
     assert options.reconcile_rounds == 3
-    assert options.sections == frozenset(SECTIONS)
+    assert options.sections == frozenset(DEFAULT_SECTIONS)
+    assert "writes" not in options.sections  # a diagnostic, run on request only
 
 
-@pytest.mark.parametrize("flag", ["--reconcile-rounds", "--exec-runs", "--walks", "--reconcile"])
+def test_the_writes_diagnostic_runs_on_request() -> None:
+    options = parse_args(["--only", "reconcile,writes", "--writes", "200"])
+    assert options.sections == frozenset({"reconcile", "writes"})
+    assert (options.writes, options.write_rounds) == (200, 4)
+
+
+@pytest.mark.parametrize(
+    "flag",
+    ["--reconcile-rounds", "--exec-runs", "--walks", "--reconcile", "--writes", "--write-rounds"],
+)
 def test_a_count_below_one_is_refused_by_name(
     flag: str, capsys: pytest.CaptureFixture[str]
 ) -> None:
