@@ -96,6 +96,7 @@ def without_cel(crd: Json, group: str) -> Json:
 async def measure(
     bench: Bench, seed_pod: Json, seed_status: Json, count: int, rounds: int
 ) -> list[Row]:
+    """The section's rows; the plain CRD exists only while it runs."""
     await bench.ensure_namespace(NAMESPACE)
     crd = yaml.safe_load((REPO / "crds" / "allocations.yaml").read_text())
     plain = without_cel(crd, PLAIN_GROUP)
