@@ -145,19 +145,22 @@ def cpu_snapshot() -> CpuSnapshot:
     return CpuSnapshot(time.monotonic(), busy, ours)
 
 
+def _with_share(jiffies: int, start: CpuSnapshot, end: CpuSnapshot) -> tuple[float, float]:
+    """(`jiffies` in CPU-seconds, their share of the machine's capacity between the two)."""
+    seconds = jiffies / os.sysconf("SC_CLK_TCK")
+    capacity = (end.at - start.at) * (os.cpu_count() or 1)
+    return seconds, (seconds / capacity if capacity > 0 else 0.0)
+
+
 def other_cpu_share(start: CpuSnapshot, end: CpuSnapshot) -> tuple[float, float]:
     """(CPU-seconds used by other processes, their share of the machine's capacity)."""
-    hz = os.sysconf("SC_CLK_TCK")
-    others = max(0, (end.machine_busy - start.machine_busy) - (end.ours - start.ours)) / hz
-    capacity = (end.at - start.at) * (os.cpu_count() or 1)
-    return others, (others / capacity if capacity > 0 else 0.0)
+    others = max(0, (end.machine_busy - start.machine_busy) - (end.ours - start.ours))
+    return _with_share(others, start, end)
 
 
 def machine_cpu_used(start: CpuSnapshot, end: CpuSnapshot) -> tuple[float, float]:
     """(CPU-seconds every process of the machine used, their share of its capacity)."""
-    used = (end.machine_busy - start.machine_busy) / os.sysconf("SC_CLK_TCK")
-    capacity = (end.at - start.at) * (os.cpu_count() or 1)
-    return used, (used / capacity if capacity > 0 else 0.0)
+    return _with_share(end.machine_busy - start.machine_busy, start, end)
 
 
 def machine() -> str:

@@ -28,7 +28,7 @@ from typing import Any, Final
 
 import yaml
 
-from benchmarks.harness import REPO, Bench, BenchError, Json, cpu_seconds, gather_limited, log
+from benchmarks.harness import REPO, Bench, Json, cpu_seconds, gather_limited, log
 from benchmarks.population import allocation, job_of
 from benchmarks.reconcile import replica_set
 from benchmarks.table import Row, median
@@ -102,6 +102,8 @@ async def measure(
     plain = without_cel(crd, PLAIN_GROUP)
     crds = "/apis/apiextensions.k8s.io/v1/customresourcedefinitions"
     await bench.api.post(crds, plain)
+    crd_name = f"crd/{plain['metadata']['name']}"
+    await asyncio.to_thread(bench.kubectl, "wait", "--for=condition=Established", crd_name)
     try:
         return await _measure(
             bench, seed_pod, seed_status, count, rounds, group=crd["spec"]["group"]
@@ -121,8 +123,6 @@ async def _measure(
         "ReplicaSet": replica_set_pod(),
     }
     groups = {"with CEL": group, "without CEL": PLAIN_GROUP}
-    for g in groups.values():
-        await _established(bench, f"/apis/{g}/v1/namespaces/{NAMESPACE}/allocations")
 
     async def cpu_ms(write: Write) -> float:
         await asyncio.sleep(SETTLE)
@@ -216,17 +216,3 @@ async def _measure(
             ms("alloc status without CEL"),
         ),
     ]
-
-
-async def _established(bench: Bench, path: str, patience: float = 60.0) -> None:
-    """Wait until the API server serves `path` (a new CRD takes a moment)."""
-    loop = asyncio.get_running_loop()
-    deadline = loop.time() + patience
-    while True:
-        try:
-            await bench.api.get(path)
-            return
-        except BenchError:
-            if loop.time() > deadline:
-                raise
-            await asyncio.sleep(0.5)
