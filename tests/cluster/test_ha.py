@@ -709,3 +709,67 @@ def test_a_paused_replica_fires_no_pass_from_its_timers(
         eventually(lambda: status().get("clientStatus") == "running", what="the allocation to run")
     finally:
         stop_all(replica)
+
+
+def test_a_clean_stop_writes_the_status_it_held_back(
+    own_cluster: LocalCluster, tmp_path: Path
+) -> None:
+    """A change that only adds detail (here a Kubernetes Event about the pod, a task event)
+    waits up to 5 s to go out with the next one; a replica stopped meanwhile (a rolling
+    update) writes it on the way out instead of leaving it to whoever reconciles next. On a
+    control plane of the test's own: nothing else reconciles there to write it."""
+    kubectl = ClusterKubectl(own_cluster)
+    kubeconfig = operator_kubeconfig(kubectl, own_cluster.kubeconfig, tmp_path / "sa")
+    kubectl.create_namespace("flush")
+    replica = Replica(tmp_path / "operator", kubeconfig, peering=None).start()
+    try:
+        kubectl.apply(allocation_manifest("flushed", "flush"))
+        eventually(
+            lambda: alloc_status(kubectl, "flush", "flushed").get("clientStatus") == "running",
+            what="the allocation to run",
+        )
+        pod = kubectl.json("get", "pod", "flushed", "-n", "flush")
+        kubectl.apply(
+            {
+                "apiVersion": "v1",
+                "kind": "Event",
+                "metadata": {"name": "flushed.unhealthy", "namespace": "flush"},
+                "involvedObject": {
+                    "kind": "Pod",
+                    "name": "flushed",
+                    "namespace": "flush",
+                    "uid": pod["metadata"]["uid"],
+                    "fieldPath": "spec.containers{main}",
+                },
+                "reason": "Unhealthy",
+                "message": "Liveness probe failed: timeout",
+                "type": "Warning",
+                "source": {"component": "kubelet"},
+            }
+        )
+        eventually(
+            lambda: any(
+                r.get("msg") == "status write held back" and r.get("allocation") == "flush/flushed"
+                for r in replica.records()
+            ),
+            what="the task event to be held back",
+        )
+        assert not unhealthy_events(alloc_status(kubectl, "flush", "flushed"))
+    finally:
+        code = replica.stop()
+    assert code == 0
+    flushed = [r for r in replica.records() if r.get("msg") == "held status writes flushed"]
+    assert [(r["written"], r["failed"]) for r in flushed] == [(1, 0)]
+    assert unhealthy_events(alloc_status(kubectl, "flush", "flushed")) == [
+        "Unhealthy: Liveness probe failed: timeout"
+    ]
+
+
+def alloc_status(kubectl: ClusterKubectl, namespace: str, name: str) -> dict[str, Any]:
+    found: dict[str, Any] = kubectl.json("get", "allocation", name, "-n", namespace)
+    return found.get("status") or {}
+
+
+def unhealthy_events(status: dict[str, Any]) -> list[str]:
+    events = ((status.get("taskStates") or {}).get("main") or {}).get("events") or []
+    return [e["displayMessage"] for e in events if e["displayMessage"].startswith("Unhealthy")]

@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import logging
 from typing import Any, cast
+
+import pytest
 
 from allocbridge.cluster.resources import Kube
 from allocbridge.model.pods import PodSettings
@@ -192,6 +195,28 @@ async def test_a_deleted_allocation_keeps_no_pending_pass() -> None:
     assert not reconciler.timers[("ns", "kept")].cancelled()
     assert not reconciler.workers
     await reconciler.stop()
+
+
+async def test_a_stop_writes_nothing_held_back_while_paused_or_from_an_older_version(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """A paused replica leaves what it held to the leader, and a held status derived from an
+    older version of the allocation than the one observed now is not written over it (a pass
+    would derive again first). No request is made: the reconciler's client is never touched.
+    The write itself is tested on the cluster (`test_ha.py`, a clean stop)."""
+    caplog.set_level(logging.INFO, logger="allocbridge.reconcile.allocations")
+    paused = Reconciler(cast(Kube, None), PodSettings(), paused=lambda: True)
+    paused.observed.put_allocation(body("a", 5))
+    paused.held[("ns", "a")] = (0.0, "5", {"nodeName": "node-1"})
+    await paused.stop()
+
+    stale = Reconciler(cast(Kube, None), PodSettings())
+    stale.observed.put_allocation(body("a", 6))
+    stale.held[("ns", "a")] = (0.0, "5", {"nodeName": "node-1"})
+    await stale.stop()
+
+    assert not stale.held
+    assert not [r for r in caplog.records if "flushed" in r.getMessage()]
 
 
 def test_node_events_keep_the_node_each_name_stands_for_now() -> None:

@@ -26,9 +26,10 @@ once and the API server is the bottleneck, a start takes longer than `coalesce`,
 write that the running one replaces moments later would double the writes. Trouble cuts the
 wait back to `coalesce`, so a failing pull or an unschedulable pod still shows within seconds.
 Later passes derive from the held-back status, so nothing a pass added is lost, unless someone
-else writes the status meanwhile (then the pass starts again from what is written). The price:
-an operator that dies within those seconds has not written what it held, so a pod deleted while
-no operator runs is replaced without a restart being counted.
+else writes the status meanwhile (then the pass starts again from what is written). A clean stop
+writes what is still held (`stop`); the price left: an operator that dies within those seconds
+has not written what it held, so a pod deleted while no operator runs is replaced without a
+restart being counted.
 """
 
 from __future__ import annotations
@@ -72,6 +73,9 @@ DEFAULT_COALESCE = 5.0
 #: module docstring): above the slowest start of a burst of 500 on a 2-core machine (about
 #: 15 s), and bounded, so a long but routine image pull shows its events within half a minute.
 DEFAULT_START_HOLD = 30.0
+
+#: Seconds a clean stop may spend writing the held-back statuses (all at once, concurrently).
+FLUSH_TIMEOUT = 5.0
 
 #: Status keys (top level) whose changes alone need no immediate write; in `taskStates`, a
 #: task whose only change is new events needs none either.
@@ -313,12 +317,40 @@ class Reconciler:
         finally:
             self.workers.pop(key, None)
 
-    async def stop(self) -> None:
+    async def stop(self, flush_timeout: float = FLUSH_TIMEOUT) -> None:
+        """Cancel every timer and pass, then write what is held back, unless paused (then
+        the leading replica writes)."""
         for timer in self.timers.values():
             timer.cancel()
         for worker in list(self.workers.values()):
             worker.cancel()
         await asyncio.gather(*self.workers.values(), return_exceptions=True)
+        if not self.paused():
+            await self.flush(flush_timeout)
+
+    async def flush(self, timeout: float) -> None:  # noqa: ASYNC109
+        """Write every held-back status still derived from the allocation as observed now, as
+        its timer would have: a clean stop loses nothing a pass saw. A status written by
+        someone else meanwhile wins (the write's precondition, a 409), as in a pass."""
+        writes = []
+        for key, (_, version, status) in list(self.held.items()):
+            alloc = self.observed.allocation(key)
+            if alloc is not None and alloc["metadata"].get("resourceVersion") == version:
+                writes.append(self._write(alloc, alloc.get("status") or {}, status, patience=0))
+        self.held.clear()
+        if not writes:
+            return
+        try:
+            async with asyncio.timeout(timeout):
+                results = await asyncio.gather(*writes, return_exceptions=True)
+        except TimeoutError:
+            log.warning("held status writes not all flushed in time", extra={"timeout": timeout})
+            return
+        failed = [r for r in results if isinstance(r, BaseException)]
+        log.info(
+            "held status writes flushed",
+            extra={"written": len(results) - len(failed), "failed": len(failed)},
+        )
 
     async def reconcile(self, namespace: str, name: str) -> None:
         log.debug("reconcile pass", extra={"allocation": f"{namespace}/{name}"})
@@ -529,6 +561,7 @@ class Reconciler:
             since = held[0] if held is not None else now
             if since + patience > now:
                 self.held[key] = (since, meta["resourceVersion"], status)
+                log.debug("status write held back", extra={"allocation": "/".join(key)})
                 self.schedule(*key, delay=since + patience - now)
                 return
         self.held.pop(key, None)
