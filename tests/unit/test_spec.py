@@ -258,6 +258,12 @@ def test_ports_are_deterministic() -> None:
     assert parse_spec(full()).ports() == parse_spec(full()).ports()
 
 
+def test_ports_are_resolved_once_per_spec() -> None:
+    spec = parse_spec(full())
+    assert spec.ports() is spec.ports()
+    assert spec == parse_spec(full())  # the memo is not a field
+
+
 def test_ports_follow_a_copied_spec() -> None:
     spec = parse_spec(full())
     spec.ports()

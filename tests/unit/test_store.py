@@ -85,6 +85,18 @@ def test_wire_json_is_the_compact_wire_dict() -> None:
     assert alloc.wire_json is alloc.wire_json  # cached
 
 
+def test_compact_json_is_the_standard_librarys_compact_form() -> None:
+    """The bytes the store serves are what `json.dumps` (sorted, compact, UTF-8) would write,
+    for a whole allocation and for the values only the standard library takes."""
+    alloc = stored(alloc_id(1))
+    expected = json.dumps(alloc.wire, separators=(",", ":"), sort_keys=True, ensure_ascii=False)
+    assert alloc.wire_json == expected.encode()
+    odd = {"b": "é\u2028<>&\x01", "a": [2**70, -0.0, 1.5e300]}  # 2**70: beyond orjson
+    assert encoding.compact(odd) == json.dumps(
+        odd, separators=(",", ":"), sort_keys=True, ensure_ascii=False
+    ).encode("utf-8")
+
+
 def test_filter_datum_fills_absent_top_level_fields() -> None:
     alloc = stored(alloc_id(1))
     datum = alloc.filter_datum

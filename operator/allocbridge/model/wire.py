@@ -11,6 +11,7 @@ against it: `JobType` and `JobVersion` belong to the list stub (`allocbridge.sto
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import uuid
 from collections.abc import Mapping
@@ -74,8 +75,10 @@ def pascal(name: str) -> str:
     return name[:1].upper() + name[1:]
 
 
+@functools.lru_cache(maxsize=4096)
 def eval_id(alloc_id: str) -> str:
-    """A stable evaluation ID for an allocation created with kubectl (Nomad always has one)."""
+    """A stable evaluation ID for an allocation created with kubectl (Nomad always has one);
+    remembered for the allocations that change most, as each change renders it again."""
     return str(uuid.uuid5(_NAMESPACE, f"eval/{alloc_id}"))
 
 
@@ -318,6 +321,9 @@ def checks(
     """
     if spec is None:
         return {}
+    owners = [("", spec.task_group.services)] + [(t.name, t.services) for t in spec.tasks]
+    if not any(service.checks for _, owned in owners for service in owned):
+        return {}  # no probe plan to work out, on every change of most allocations
     meta = obj["metadata"]
     alloc_id = str(meta["uid"])
     probes = {(a.task, a.service, a.check): a.container for a in probe_assignments(spec).values()}
@@ -329,7 +335,6 @@ def checks(
     task_states = (obj.get("status") or {}).get("taskStates") or {}
     now = int((parse_time_ns(((pod or {}).get("status") or {}).get("startTime")) or 0) // 10**9)
     out: dict[str, Json] = {}
-    owners = [("", spec.task_group.services)] + [(t.name, t.services) for t in spec.tasks]
     for task, owned in owners:
         for service in owned:
             for check in service.checks:
