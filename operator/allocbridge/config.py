@@ -47,7 +47,7 @@ class ListenerSettings:
     """One `listener "tcp"` stanza."""
 
     purpose: Purpose
-    host: str
+    host: str  # "" listens on every interface
     port: int
     tls_disable: bool = False
     tls_cert_file: str | None = None
@@ -383,6 +383,9 @@ class _Validator:
         return str(path)
 
     def address(self, where: str, value: Any, default_port: int) -> tuple[str, int]:
+        """(host, port) as Boundary's listener reads them: unset is `127.0.0.1` on the
+        purpose's port, a host alone gets that port, and `:port` (an empty host) listens on
+        every interface, as Go's `net.Listen` does with it."""
         if value is None or value == "":
             return DEFAULT_HOST, default_port
         if not isinstance(value, str):
@@ -407,7 +410,7 @@ class _Validator:
         if not port_text.isdigit() or int(port_text) > 65535:
             self.problem(f"{where}: address", f"port {port_text!r} is not a number from 0 to 65535")
             return host or DEFAULT_HOST, default_port
-        return host or DEFAULT_HOST, int(port_text)
+        return host, int(port_text)
 
     def kubernetes(self, block: Mapping[str, Any]) -> KubernetesSettings:
         where = "kubernetes block"

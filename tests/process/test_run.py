@@ -170,6 +170,38 @@ def test_metrics_has_process_http_and_draining_series(replica: Running) -> None:
     assert "allocbridge_http_request_duration_seconds_bucket" in text
 
 
+def non_loopback_ipv4() -> str | None:
+    """An address of this machine that is not loopback: the source address of a route
+    outwards (connecting a UDP socket sends nothing), or None without one."""
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as probe:
+        try:
+            probe.connect(("192.0.2.1", 9))  # TEST-NET-1: only the route is looked up
+        except OSError:
+            return None
+        address: str = probe.getsockname()[0]
+    return None if address.startswith("127.") else address
+
+
+def test_a_port_without_a_host_listens_on_every_interface(tmp_path: Path) -> None:
+    """`address = ":9203"` binds every interface, as Boundary's listener does through Go's
+    `net.Listen`: the kubelet's probe reaches it from outside the pod. An address with a host
+    (here the API's `127.0.0.1`) binds only that host."""
+    outside = non_loopback_ipv4()
+    if outside is None:
+        pytest.skip("this machine has no non-loopback IPv4 address to connect through")
+    api_port, ops_port = free_port(), free_port()
+    text = config(api_port, ops_port).replace(f'"127.0.0.1:{ops_port}"', f'":{ops_port}"')
+    running = start(tmp_path, text, api_port, ops_port)
+    try:
+        wait_for(lambda: worker_state(running) == "active", what="the listeners to serve")
+        assert get(f"http://{outside}:{ops_port}/health")[0] == 503  # served there: not synced
+        with pytest.raises(ConnectionRefusedError):
+            socket.create_connection((outside, api_port), timeout=5).close()
+    finally:
+        running.process.kill()
+        running.process.wait()
+
+
 def test_sigterm_drains_then_exits_zero(replica: Running) -> None:
     assert "allocbridge_draining 0.0" in get(replica.ops + "/metrics")[1].decode()
     replica.process.send_signal(signal.SIGTERM)

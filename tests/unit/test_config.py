@@ -78,7 +78,8 @@ def test_graceful_shutdown_wait_duration_forms(value: str, seconds: float) -> No
         ("localhost", "ops", "localhost", 9203),
         ("[::1]:9999", "ops", "::1", 9999),
         ("::1", "ops", "::1", 9203),
-        (":7000", "api", "127.0.0.1", 7000),
+        (":7000", "api", "", 7000),  # every interface, as Go's net.Listen(":7000")
+        (":", "ops", "127.0.0.1", 9203),
     ],
 )
 def test_listener_addresses(address: str, purpose: str, host: str, port: int) -> None:
@@ -86,6 +87,14 @@ def test_listener_addresses(address: str, purpose: str, host: str, port: int) ->
     text += " tls_disable = true\n}"
     listener = load(text).listeners[0]
     assert (listener.host, listener.port) == (host, port)
+
+
+def test_an_every_interface_address_survives_check_config() -> None:
+    text = 'listener "tcp" {\n purpose = "ops"\n address = ":7000"\n tls_disable = true\n}'
+    loaded = load(text)
+    rendered = config.render(loaded)
+    assert 'address = ":7000"' in rendered
+    assert load(rendered).listeners == loaded.listeners
 
 
 def test_health_needs_controller_api_and_ops() -> None:
