@@ -505,6 +505,11 @@ def test_a_routine_start_costs_one_status_write(
     events = event_types(statuses[-1], "main")
     assert events[:2] == ["Received", "Task Setup"] and "Started" in events
     assert statuses[-1]["nodeName"] and statuses[-1]["createIndex"] > 0
+    # Kopf wrote nothing of its own either: no finalizer, no progress or diff-base annotation.
+    for kind in ("allocation", "pod"):
+        meta = kubectl.json("get", kind, "smooth", "-n", namespace)["metadata"]
+        assert not meta.get("finalizers"), (kind, meta)
+        assert not [k for k in meta.get("annotations") or {} if "kopf" in k], (kind, meta)
 
 
 def test_an_unschedulable_allocation_shows_the_warning_within_seconds(

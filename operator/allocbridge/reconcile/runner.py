@@ -187,6 +187,27 @@ class NoDiffBase(kopf.DiffBaseStorage):
         return None
 
 
+class NoProgress(kopf.ProgressStorage):
+    """No handler progress: Kopf keeps it for change handlers that retry, which this operator
+    does not have, and otherwise copies every event's (empty) diff base to strip it of
+    progress fields. Like `NoDiffBase`, it never writes anything."""
+
+    def fetch(self, *, key: kopf.HandlerId, body: kopf.Body) -> kopf.ProgressRecord | None:
+        return None
+
+    def store(self, **_: Any) -> None:
+        return None
+
+    def purge(self, **_: Any) -> None:
+        return None
+
+    def touch(self, **_: Any) -> None:
+        return None
+
+    def clear(self, *, essence: kopf.BodyEssence) -> kopf.BodyEssence:
+        return essence
+
+
 class OperatorThread:
     """One run of the Kopf operator; `stop()` asks it to finish and waits."""
 
@@ -215,6 +236,7 @@ class OperatorThread:
     async def _operate(self) -> None:
         settings = kopf.OperatorSettings()
         settings.persistence.diffbase_storage = NoDiffBase()
+        settings.persistence.progress_storage = NoProgress()
         settings.posting.level = logging.WARNING
         settings.watching.server_timeout = 300
         settings.watching.client_timeout = 330
