@@ -245,6 +245,27 @@ def quick_allocation(
     return allocation_manifest(name, namespace, restart=FAST_RESTARTS, group=group, tasks=tasks)
 
 
+def kubelet_warning(pod: dict[str, Any], reason: str, message: str) -> dict[str, Any]:
+    """A Warning Event about container `main` of `pod`, as a kubelet reports a failed probe."""
+    meta = pod["metadata"]
+    return {
+        "apiVersion": "v1",
+        "kind": "Event",
+        "metadata": {"name": f"{meta['name']}.{reason.lower()}", "namespace": meta["namespace"]},
+        "involvedObject": {
+            "kind": "Pod",
+            "name": meta["name"],
+            "namespace": meta["namespace"],
+            "uid": meta["uid"],
+            "fieldPath": "spec.containers{main}",
+        },
+        "reason": reason,
+        "message": message,
+        "type": "Warning",
+        "source": {"component": "kubelet"},
+    }
+
+
 class ClusterKubectl:
     """The built kubectl on a LocalCluster of this test's own (the fixture's is session-wide)."""
 

@@ -35,6 +35,7 @@ from running_operator import (
     allocation_manifest,
     eventually,
     http,
+    kubelet_warning,
     operator_kubeconfig,
     service_account_kubeconfig,
 )
@@ -513,13 +514,20 @@ class HealthRecorder:
             self._stop.wait(0.05)
 
 
+def standalone_replica(
+    cluster: LocalCluster, tmp_path: Path, namespace: str
+) -> tuple[ClusterKubectl, Replica]:
+    """A started standalone replica on a control plane of the test's own, with `namespace`."""
+    kubectl = ClusterKubectl(cluster)
+    kubeconfig = operator_kubeconfig(kubectl, cluster.kubeconfig, tmp_path / "sa")
+    kubectl.create_namespace(namespace)
+    return kubectl, Replica(tmp_path / "operator", kubeconfig, peering=None).start()
+
+
 def test_kubernetes_api_restart_is_reported_and_survived_without_losing_readiness(
     own_cluster: LocalCluster, tmp_path: Path
 ) -> None:
-    kubectl = ClusterKubectl(own_cluster)
-    kubeconfig = operator_kubeconfig(kubectl, own_cluster.kubeconfig, tmp_path / "sa")
-    kubectl.create_namespace("outage")
-    replica = Replica(tmp_path / "operator", kubeconfig, peering=None).start()
+    kubectl, replica = standalone_replica(own_cluster, tmp_path, "outage")
     try:
         kubectl.apply(alloc_manifest("before", "outage"))
         eventually(
@@ -718,10 +726,7 @@ def test_a_clean_stop_writes_the_status_it_held_back(
     waits up to 5 s to go out with the next one; a replica stopped meanwhile (a rolling
     update) writes it on the way out instead of leaving it to whoever reconciles next. On a
     control plane of the test's own: nothing else reconciles there to write it."""
-    kubectl = ClusterKubectl(own_cluster)
-    kubeconfig = operator_kubeconfig(kubectl, own_cluster.kubeconfig, tmp_path / "sa")
-    kubectl.create_namespace("flush")
-    replica = Replica(tmp_path / "operator", kubeconfig, peering=None).start()
+    kubectl, replica = standalone_replica(own_cluster, tmp_path, "flush")
     try:
         kubectl.apply(allocation_manifest("flushed", "flush"))
         eventually(
@@ -729,24 +734,7 @@ def test_a_clean_stop_writes_the_status_it_held_back(
             what="the allocation to run",
         )
         pod = kubectl.json("get", "pod", "flushed", "-n", "flush")
-        kubectl.apply(
-            {
-                "apiVersion": "v1",
-                "kind": "Event",
-                "metadata": {"name": "flushed.unhealthy", "namespace": "flush"},
-                "involvedObject": {
-                    "kind": "Pod",
-                    "name": "flushed",
-                    "namespace": "flush",
-                    "uid": pod["metadata"]["uid"],
-                    "fieldPath": "spec.containers{main}",
-                },
-                "reason": "Unhealthy",
-                "message": "Liveness probe failed: timeout",
-                "type": "Warning",
-                "source": {"component": "kubelet"},
-            }
-        )
+        kubectl.apply(kubelet_warning(pod, "Unhealthy", "Liveness probe failed: timeout"))
         eventually(
             lambda: any(
                 r.get("msg") == "status write held back" and r.get("allocation") == "flush/flushed"

@@ -23,6 +23,7 @@ from running_operator import (
     allocation_manifest,
     eventually,
     http,
+    kubelet_warning,
     operator_kubeconfig,
 )
 
@@ -427,24 +428,7 @@ def test_kubernetes_pod_events_become_task_events(
     kubectl.apply(alloc_manifest("probed", namespace))
     wait_status(kubectl, namespace, "probed", "running")
     pod = kubectl.json("get", "pod", "probed", "-n", namespace)
-    kubectl.apply(
-        {
-            "apiVersion": "v1",
-            "kind": "Event",
-            "metadata": {"name": "probed.unhealthy", "namespace": namespace},
-            "involvedObject": {
-                "kind": "Pod",
-                "name": "probed",
-                "namespace": namespace,
-                "uid": pod["metadata"]["uid"],
-                "fieldPath": "spec.containers{main}",
-            },
-            "reason": "Unhealthy",
-            "message": "Readiness probe failed: connection refused",
-            "type": "Warning",
-            "source": {"component": "kubelet"},
-        }
-    )
+    kubectl.apply(kubelet_warning(pod, "Unhealthy", "Readiness probe failed: connection refused"))
     _, event = wait_task_event(
         kubectl, namespace, "probed", "Unhealthy", what="the pod event as a task event"
     )
