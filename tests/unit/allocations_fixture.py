@@ -6,6 +6,7 @@ Job copy, TaskStates with events, resources, service registrations and check res
 
 from __future__ import annotations
 
+import asyncio
 import uuid
 from typing import Any
 
@@ -249,3 +250,16 @@ def sample_store(*, synced: bool = True, index: int = 120) -> AllocationStore:
         for alloc in allocs:
             store.upsert(alloc)
     return store
+
+
+async def parked(store: AllocationStore, count: int, within: float = 10.0) -> None:
+    """Wait until `count` blocking queries are parked on `store`.
+
+    A request sent through the test client reaches its handler after a few turns of the loop
+    and some socket I/O, so a fixed sleep is too short on a busy machine.
+    """
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + within
+    while store.parked != count:
+        assert loop.time() < deadline, f"{store.parked} queries parked, expected {count}"
+        await asyncio.sleep(0.005)

@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 import yaml
 from aiohttp.test_utils import TestClient, TestServer
-from allocations_fixture import SAMPLE, alloc_id, sample_store, stored
+from allocations_fixture import SAMPLE, alloc_id, parked, sample_store, stored
 
 from allocbridge.api import allocations
 from allocbridge.api.server import create_app
@@ -311,7 +311,7 @@ async def test_list_blocks_until_the_index_moves(
 ) -> None:
     current = store.index
     request = asyncio.create_task(client.get(f"/v1/allocations?index={current}&wait=10s"))
-    await asyncio.sleep(0.1)
+    await parked(store, 1)
     assert not request.done()
     late = stored(alloc_id(77), create_index=current + 5)
     store.upsert(late)
@@ -344,8 +344,7 @@ async def test_list_with_an_old_index_answers_at_once(
 async def test_shutdown_releases_blocked_requests(store: AllocationStore) -> None:
     client = await serve(store)
     request = asyncio.create_task(client.get(f"/v1/allocations?index={store.index}&wait=5m"))
-    await asyncio.sleep(0.1)
-    assert store.parked == 1
+    await parked(store, 1)
     started = time.monotonic()
     await client.app.shutdown()  # what the runner does before waiting for handlers
     response = await asyncio.wait_for(request, 2)
@@ -424,7 +423,7 @@ async def test_read_blocks_until_the_allocation_changes(
     request = asyncio.create_task(
         client.get(f"/v1/allocation/{FIRST}?index={alloc.modify_index}&wait=10s")
     )
-    await asyncio.sleep(0.05)
+    await parked(store, 1)
     store.upsert(stored(alloc_id(500), create_index=store.index + 1))  # another one: keep waiting
     await asyncio.sleep(0.05)
     assert not request.done()
@@ -445,7 +444,7 @@ async def test_read_block_ends_when_the_allocation_goes(
     request = asyncio.create_task(
         client.get(f"/v1/allocation/{FIRST}?index={alloc.modify_index}&wait=10s")
     )
-    await asyncio.sleep(0.05)
+    await parked(store, 1)
     store.remove(FIRST, store.index + 3)
     response = await asyncio.wait_for(request, 2)
     assert response.status == 404
@@ -536,7 +535,7 @@ async def test_services_block_until_the_store_moves(
     request = asyncio.create_task(
         client.get(f"/v1/allocation/{FIRST}/services?index={current}&wait=10s")
     )
-    await asyncio.sleep(0.05)
+    await parked(store, 1)
     assert not request.done()
     store.advance(current + 1)  # e.g. the pod got its address: the allocation's index stays
     response = await asyncio.wait_for(request, 2)
@@ -621,8 +620,7 @@ async def test_every_namespace_block_shows_a_namespace_created_while_it_waits(
         path = f"/v1/allocations?namespace=*&index={current}&wait=10s"
         both = asyncio.create_task(client.get(path, headers={"X-Nomad-Token": "a-and-b"}))
         only_a = asyncio.create_task(client.get(path, headers={"X-Nomad-Token": "a"}))
-        await asyncio.sleep(0.1)
-        assert store.parked == 2
+        await parked(store, 2)
         assert set(authorizer.candidates) == {frozenset({"default", "team-a"})}
         newcomer = stored(alloc_id(90), namespace="team-b", create_index=current + 5)
         store.upsert(newcomer)  # the first allocation in team-b
@@ -827,7 +825,7 @@ async def test_an_evaluation_read_blocks_until_it_places_something(
     request = asyncio.create_task(
         client.get(f"/v1/evaluation/{later.wire['EvalID']}?index={store.index}&wait=10s")
     )
-    await asyncio.sleep(0.05)
+    await parked(store, 1)
     assert not request.done()
     store.upsert(later)
     response = await asyncio.wait_for(request, 2)

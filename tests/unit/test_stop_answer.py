@@ -14,7 +14,7 @@ from typing import Any, cast
 
 import pytest
 from aiohttp.test_utils import TestClient, TestServer
-from allocations_fixture import SAMPLE, sample_store
+from allocations_fixture import SAMPLE, parked, sample_store
 
 from allocbridge.actions.lifecycle import Actions, ActionsSlot, Target
 from allocbridge.api.server import create_app
@@ -53,7 +53,7 @@ async def test_the_answer_waits_until_the_store_shows_the_stop(
     client: TestClient[Any, Any], store: AllocationStore
 ) -> None:
     answer = asyncio.ensure_future(client.post(f"/v1/allocation/{ALLOC_ID}/stop"))
-    await asyncio.sleep(0.3)
+    await parked(store, 1)  # the answer waits on the store's index
     assert not answer.done(), "answered before the store showed the stop's write"
     store.advance(STOP_INDEX)
     response = await asyncio.wait_for(answer, 2.0)
