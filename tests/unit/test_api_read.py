@@ -684,8 +684,14 @@ async def test_an_unsynced_store_answers_503_after_waiting() -> None:
     try:
         response = await client.get("/v1/allocations")
         assert (response.status, await response.text()) == (503, "No cluster leader")
+    finally:
+        await client.close()
+    store = AllocationStore()  # the first server closed its store as it shut down
+    client = await serve(store, sync_timeout=10)  # long enough for any machine's pauses
+    try:
         waiting = asyncio.create_task(client.get("/v1/allocations"))
-        await asyncio.sleep(0.01)
+        await asyncio.sleep(0.05)
+        assert not waiting.done()
         store.replace_all([], 5)
         assert (await asyncio.wait_for(waiting, 1)).status == 200
     finally:
@@ -694,13 +700,20 @@ async def test_an_unsynced_store_answers_503_after_waiting() -> None:
 
 async def test_every_namespace_with_a_scoped_token_waits_for_the_first_full_list() -> None:
     store = AllocationStore()
-    client = await serve(store, ScopedAuthorizer({"a": {"team-a"}}), sync_timeout=0.05)
+    authorizer = ScopedAuthorizer({"a": {"team-a"}})
     path, headers = "/v1/allocations?namespace=*", {"X-Nomad-Token": "a"}
+    client = await serve(store, authorizer, sync_timeout=0.05)
     try:
         response = await client.get(path, headers=headers)
         assert (response.status, await response.text()) == (503, "No cluster leader")
+    finally:
+        await client.close()
+    store = AllocationStore()  # the first server closed its store as it shut down
+    client = await serve(store, authorizer, sync_timeout=10)
+    try:
         waiting = asyncio.create_task(client.get(path, headers=headers))
-        await asyncio.sleep(0.01)
+        await asyncio.sleep(0.05)
+        assert not waiting.done()
         store.replace_all([stored(ident, **options) for ident, options in SAMPLE], 120)
         response = await asyncio.wait_for(waiting, 1)
         assert response.status == 200
