@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import statistics
 import time
 from collections.abc import AsyncIterator, Iterable
 from pathlib import Path
@@ -744,10 +743,9 @@ async def test_metrics_count_requests_by_route() -> None:
         assert value == 1
 
 
-# -- speed --------------------------------------------------------------------------------------
-
-
-async def test_ten_thousand_stubs_list_fast() -> None:
+async def test_ten_thousand_stubs_list_whole_in_create_order() -> None:
+    """The full list in one response, as the listing goal's load has it (its speed is measured by
+    `make bench`, not here)."""
     store = AllocationStore()
     store.replace_all(
         [stored(alloc_id(n), create_index=1000 + n, with_services=False) for n in range(10_000)],
@@ -755,16 +753,11 @@ async def test_ten_thousand_stubs_list_fast() -> None:
     )
     client = await serve(store)
     try:
-        timings = []
-        for _ in range(15):
-            started = time.perf_counter()
-            response = await client.get("/v1/allocations")
-            body = await response.read()
-            timings.append(time.perf_counter() - started)
-        assert body.count(b'"ID":') == 10_000
-        median = statistics.median(timings)
-        # The goal is 50 ms; the bound leaves room for slow CI machines.
-        assert median < 0.25, f"median {median * 1000:.1f} ms"
+        response = await client.get("/v1/allocations")
+        assert response.headers["X-Nomad-Index"] == "20000"
+        assert [stub["ID"] for stub in await response.json()] == [
+            alloc_id(n) for n in range(10_000)
+        ]
     finally:
         await client.close()
 

@@ -293,9 +293,8 @@ async def test_waiter_parked_on_the_current_index_wakes_on_upsert() -> None:
 
 async def test_wait_returns_at_once_when_the_index_is_already_past() -> None:
     store = sample_store()
-    started = time.monotonic()
-    assert await store.wait_for_index(store.index - 1, 10) == store.index
-    assert time.monotonic() - started < 0.1
+    answer = await asyncio.wait_for(store.wait_for_index(store.index - 1, 300), 5)
+    assert answer == store.index  # within 5 s: it did not wait out its 300
 
 
 async def test_wait_times_out_with_the_current_index() -> None:
@@ -349,9 +348,7 @@ async def test_close_releases_everyone_now_and_later() -> None:
     await asyncio.sleep(0.01)
     store.close()
     assert await asyncio.wait_for(asyncio.gather(*waiters), 1) == [store.index] * 10
-    started = time.monotonic()
-    await store.wait_for_index(store.index, 30)
-    assert time.monotonic() - started < 0.1
+    assert await asyncio.wait_for(store.wait_for_index(store.index, 300), 5) == store.index
 
 
 async def test_wait_synced() -> None:
