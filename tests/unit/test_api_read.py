@@ -326,7 +326,7 @@ async def test_list_block_times_out_with_current_data(
     response = await client.get(f"/v1/allocations?index={store.index}&wait=100ms")
     elapsed = time.monotonic() - started
     assert response.status == 200
-    assert 0.1 <= elapsed < 1.5
+    assert 0.1 <= elapsed < 5  # its own 100 ms, not the 5-minute default
     assert response.headers["X-Nomad-Index"] == str(store.index)
     assert len(await response.json()) == len(DEFAULT_IDS)
 
