@@ -391,8 +391,9 @@ def test_a_draining_replica_leaves_the_pool_without_failing_a_request(
         assert leader.process is not None
         leader.process.send_signal(signal.SIGTERM)
         signalled = time.monotonic()
-        eventually(lambda: leader.health() == 503, timeout=1.0, what="503 after SIGTERM")
-        assert time.monotonic() - signalled < 1.0
+        # 503 early in the grace period (3 s here), while the API is still served below.
+        eventually(lambda: leader.health() == 503, timeout=2.0, what="503 after SIGTERM")
+        assert time.monotonic() - signalled < 2.0
         # Draining: unready, yet the API still answers whoever has not noticed yet.
         status, body, _ = http(leader.api + path)
         assert status == 200 and names(json.loads(body)) == ["steady"]
