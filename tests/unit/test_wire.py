@@ -151,7 +151,28 @@ def test_invalid_spec_still_renders() -> None:
     obj = example("web.yaml")
     obj["spec"]["tasks"][0]["driver"] = "qemu"
     wire = allocation(obj, None)
-    assert wire["JobID"] == "web" and wire["Job"] is None
+    assert wire["JobID"] == "web"
+    job = wire["Job"]
+    # The nomad CLI dereferences alloc.Job (ID, Type, Version, the group's tasks): never null.
+    assert (job["ID"], job["Name"], job["Namespace"]) == ("web", "web", "default")
+    assert job["Type"] == "service" and job["Version"] == 0
+    groups = job["TaskGroups"]
+    assert [g["Name"] for g in groups] == [obj["spec"]["taskGroup"]["name"]]
+    assert [t["Name"] for t in groups[0]["Tasks"]] == [t["name"] for t in obj["spec"]["tasks"]]
+    stored = StoredAllocation.from_wire(wire)
+    assert stored.stub["JobType"] == "service"
+
+
+def test_job_stand_in_takes_only_what_it_can_read() -> None:
+    """Fields of the wrong type or missing are left at Nomad's defaults, not copied."""
+    obj = example("web.yaml")
+    obj["spec"] = {"job": {"id": "broken", "type": 7}, "taskGroup": {}, "tasks": [3, {}]}
+    job = allocation(obj, None)["Job"]
+    assert job["ID"] == "broken" and job["Type"] == "service"
+    assert job["TaskGroups"] == []
+    obj["spec"] = {"taskGroup": {"name": "g"}, "tasks": [{"name": "a"}, {"image": "x"}]}
+    job = allocation(obj, None)["Job"]
+    assert job["ID"] == "" and [t["Name"] for t in job["TaskGroups"][0]["Tasks"]] == ["a"]
 
 
 def test_services_need_a_running_pod_with_an_address() -> None:

@@ -14,6 +14,8 @@ from typing import Any, Final
 
 from allocbridge.model.durations import parse_go_duration
 from allocbridge.model.spec import (
+    DEFAULT_PRIORITY,
+    DEFAULT_REGION,
     AllocationSpec,
     Check,
     DriverConfig,
@@ -229,6 +231,52 @@ def render_job(
         "CreateIndex": create_index,
         "ModifyIndex": modify_index,
         "JobModifyIndex": modify_index,
+    }
+
+
+def _mapping(value: Any) -> Mapping[str, Any]:
+    return value if isinstance(value, Mapping) else {}
+
+
+def _text(value: Any, default: str = "") -> str:
+    return value if isinstance(value, str) else default
+
+
+def render_unparsed_job(raw_spec: Mapping[str, Any], *, namespace: str) -> Json:
+    """A minimal `Job` for an allocation whose spec cannot be parsed.
+
+    The nomad CLI dereferences `alloc.Job` (its ID, Type, Version, task groups) without a nil
+    check, so `"Job": null` makes `alloc status` and `alloc logs` panic; this stand-in lets it
+    print the allocation or a clean error instead. Only what can be read from the raw spec is
+    used: the job's ID, name and type, and the group with the names of its tasks (or none).
+    """
+    job = _mapping(raw_spec.get("job"))
+    group = _mapping(raw_spec.get("taskGroup"))
+    raw_tasks = raw_spec.get("tasks")
+    if not isinstance(raw_tasks, list):
+        raw_tasks = []
+    tasks = [
+        {"Name": t["name"], "Driver": _text(t.get("driver"))}
+        for t in raw_tasks
+        if isinstance(t, Mapping) and isinstance(t.get("name"), str)
+    ]
+    job_id = _text(job.get("id"))
+    job_type = _text(job.get("type"), "service")
+    groups = (
+        [{"Name": group["name"], "Count": 1, "Tasks": tasks}] if _text(group.get("name")) else []
+    )
+    return {
+        "Region": _text(job.get("region"), DEFAULT_REGION),
+        "Namespace": namespace,
+        "ID": job_id,
+        "Name": _text(job.get("name")) or job_id,
+        "Type": job_type,
+        "Priority": DEFAULT_PRIORITY,
+        "Version": 0,
+        "Status": "dead",
+        "StatusDescription": "the Allocation's spec is invalid",
+        "TaskGroups": groups,
+        "Stop": False,
     }
 
 

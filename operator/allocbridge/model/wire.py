@@ -155,7 +155,8 @@ def _deleting(obj: Mapping[str, Any] | None) -> bool:
 def allocation(
     obj: Mapping[str, Any], spec: AllocationSpec | None, pod: Mapping[str, Any] | None = None
 ) -> Json:
-    """The full Nomad `Allocation` for an Allocation object (spec may be None if invalid)."""
+    """The full Nomad `Allocation` for an Allocation object (spec is None if invalid: the `Job`
+    is then a stand-in, see `jobs.render_unparsed_job`)."""
     meta = obj["metadata"]
     status: Mapping[str, Any] = obj.get("status") or {}
     raw_spec: Mapping[str, Any] = obj.get("spec") or {}
@@ -229,7 +230,8 @@ def allocation(
         wire["TaskResources"] = jobs.render_task_resources(spec)
         wire["AllocatedResources"] = jobs.render_allocated_resources(spec, ports=ports, ip=ip)
     else:
-        wire.update(Job=None, Resources=None, SharedResources=None, TaskResources=None)
+        wire["Job"] = jobs.render_unparsed_job(raw_spec, namespace=namespace)
+        wire.update(Resources=None, SharedResources=None, TaskResources=None)
         wire["AllocatedResources"] = None
     return wire
 
