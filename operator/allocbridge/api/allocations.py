@@ -43,10 +43,10 @@ async def list_allocations(request: web.Request) -> web.StreamResponse:
     who = caller(request)
     await ctx.authorizer.check(who, READ_JOB, query.namespace)
     prefix = parse_prefix(query.prefix) if query.prefix else None
-    matches = _compile(query.filter)
+    matches = compile_matcher(query.filter)
     store = await synced_store(ctx)
     every_namespace = query.namespace == ALL_NAMESPACES
-    readable = _ReadableNamespaces(ctx.authorizer, who, store) if every_namespace else None
+    readable = ReadableNamespaces(ctx.authorizer, who, store) if every_namespace else None
     namespace = None if every_namespace else query.namespace
 
     def run() -> tuple[int, Page[StoredAllocation]]:
@@ -75,7 +75,7 @@ async def list_allocations(request: web.Request) -> web.StreamResponse:
     return await _send_stubs(request, stubs, headers)
 
 
-class _ReadableNamespaces:
+class ReadableNamespaces:
     """The namespaces a `namespace=*` list may show.
 
     Each namespace is weighed once per request, when it first holds an allocation: a blocking
@@ -101,7 +101,7 @@ class _ReadableNamespaces:
             self.allowed = allowed
 
 
-def _compile(expression: str) -> Matcher | None:
+def compile_matcher(expression: str) -> Matcher | None:
     """The filter, compiled once per request; a syntax error is Nomad's 400."""
     if not expression:
         return None

@@ -231,6 +231,49 @@ def _allocation() -> Json:
     }
 
 
+_JOB_STRINGS: Final = (
+    "ID", "ParentID", "Name", "Namespace", "NodePool", "Type", "Status", "StatusDescription",
+)  # fmt: skip
+
+
+def _job_stub() -> Json:
+    """A job derived from the allocations that name it (the read-only jobs view)."""
+    counts = {
+        name: _INT
+        for name in ("Queued", "Complete", "Failed", "Running", "Starting", "Lost", "Unknown")
+    }
+    return {
+        "type": "object",
+        "properties": {
+            **{name: _STRING for name in _JOB_STRINGS},
+            "Datacenters": {"type": "array", "items": _STRING, "nullable": True},
+            "Priority": _INT,
+            "Periodic": _BOOL,
+            "ParameterizedJob": _BOOL,
+            "Stop": _BOOL,
+            "Version": _INT,
+            "CreateIndex": _INT,
+            "ModifyIndex": _INT,
+            "JobModifyIndex": _INT,
+            "SubmitTime": _NS_TIME,
+            "Meta": {"type": "object", "additionalProperties": _STRING},
+            "JobSummary": {
+                "type": "object",
+                "properties": {
+                    "JobID": _STRING,
+                    "Namespace": _STRING,
+                    "Summary": {
+                        "type": "object",
+                        "additionalProperties": {"type": "object", "properties": counts},
+                    },
+                    "CreateIndex": _INT,
+                    "ModifyIndex": _INT,
+                },
+            },
+        },
+    }
+
+
 def _schemas() -> Json:
     return {
         "AllocationListStub": _stub(),
@@ -279,6 +322,7 @@ def _schemas() -> Json:
                 "Networks": {"type": "array", "items": _ANY_OBJECT, "nullable": True},
             },
         },
+        "JobListStub": _job_stub(),
         "ServiceRegistration": {
             "type": "object",
             "properties": {
@@ -359,6 +403,7 @@ def _parameters() -> Json:
             'The first frame is `{"version":1,"auth_token":"..."}` and carries the token',
         ),
         "node_id": _param("node_id", "path", _STRING, "A node ID", required=True),
+        "job_id": _param("job_id", "path", _STRING, "A job ID", required=True),
         "eval_id": _param("eval_id", "path", _STRING, "A full evaluation ID", required=True),
     }
 
@@ -586,6 +631,51 @@ def _paths() -> Json:
                 "responses": {
                     "200": _ok(
                         "Allocation stubs ([] for an unknown evaluation)",
+                        {"type": "array", "items": _ref("schemas", "AllocationListStub")},
+                        meta=True,
+                    ),
+                    **_errors("400", "403", "405", "503"),
+                },
+            }
+        },
+        "/v1/jobs": {
+            "get": {
+                "summary": "List the jobs named by allocations (read only; the CLI's -job forms)",
+                "description": (
+                    "ACL: namespace read-job. Blocking: yes. Ordered by namespace, then job ID; "
+                    "`prefix` matches job IDs; the page token is `<namespace>.<job ID>`."
+                ),
+                "parameters": [
+                    _ref("parameters", name)
+                    for name in ("namespace", "filter", "per_page", "next_token", "reverse")
+                ]
+                + [_param("prefix", "query", _STRING, "Job ID prefix")]
+                + _BLOCKING
+                + _COMMON,
+                "responses": {
+                    "200": _ok(
+                        "Job stubs",
+                        {"type": "array", "items": _ref("schemas", "JobListStub")},
+                        meta=True,
+                        list_headers=True,
+                    ),
+                    **_errors("400", "403", "405", "503"),
+                },
+            }
+        },
+        "/v1/job/{job_id}/allocations": {
+            "get": {
+                "summary": "List a job's allocations ([] for a job no allocation names)",
+                "description": "ACL: namespace read-job. Blocking: yes.",
+                "parameters": [
+                    _ref("parameters", "job_id"),
+                    _ref("parameters", "namespace"),
+                    *_BLOCKING,
+                    *_COMMON,
+                ],
+                "responses": {
+                    "200": _ok(
+                        "Allocation stubs",
                         {"type": "array", "items": _ref("schemas", "AllocationListStub")},
                         meta=True,
                     ),

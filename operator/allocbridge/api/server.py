@@ -12,7 +12,7 @@ Layout (one module per job, Nomad's one-handler-per-resource style):
 Write endpoints slot in as modules of their own, each exporting `ENDPOINTS`, appended to
 `_ENDPOINT_MODULES` below (before the fall-throughs): `stop` (`/v1/allocation/:id/stop`),
 `signal`, `restart`, `pause` and `exec` (`/v1/client/allocation/:id/...`). `evaluation` answers
-what the CLI follows after a stop.
+what the CLI follows after a stop; `jobs` is the read-only jobs view the CLI's `-job` forms use.
 """
 
 from __future__ import annotations
@@ -29,6 +29,7 @@ from allocbridge.api import (
     checks,
     evaluation,
     exec,
+    jobs,
     nodes,
     openapi,
     pause,
@@ -59,6 +60,7 @@ _ENDPOINT_MODULES: Final[Sequence[Sequence[Endpoint]]] = (
     exec.ENDPOINTS,
     nodes.ENDPOINTS,
     evaluation.ENDPOINTS,
+    jobs.ENDPOINTS,
     openapi.ENDPOINTS,
 )
 

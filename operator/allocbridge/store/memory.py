@@ -1,7 +1,8 @@
 """The in-memory allocation store every replica keeps, fed by a Kubernetes watch.
 
 It holds the allocations, the current index (the etcd revision, design.md section 2), the three
-orders the list endpoint walks, and the blocking-query waiters. It never talks to Kubernetes:
+orders the list endpoint walks, the allocations of each job (the read-only jobs view), and the
+blocking-query waiters. It never talks to Kubernetes:
 the feeder calls `replace_all` with the first full list (which marks the store synced), then
 `upsert`/`remove` per change it shows, and `advance` for a pod change that alters what an
 allocation shows (its index is the pod's revision, not the allocation's).
@@ -42,6 +43,7 @@ class AllocationStore:
         self._by_create: SortedIndex[tuple[int, str], StoredAllocation] = SortedIndex()
         self._by_namespace: dict[str, SortedIndex[tuple[int, str], StoredAllocation]] = {}
         self._by_id: SortedIndex[str, StoredAllocation] = SortedIndex()
+        self._by_job: dict[tuple[str, str], dict[str, StoredAllocation]] = {}
         self._watch = IndexWatch()
         self._synced = asyncio.Event()
 
@@ -101,6 +103,17 @@ class AllocationStore:
         """
         return [a for a in self._by_create.scan() if a.wire.get("EvalID") == evaluation_id]
 
+    def jobs(self) -> list[tuple[str, str]]:
+        """`(namespace, job ID)` of every job some allocation names, in Nomad's job order."""
+        return sorted(self._by_job)
+
+    def job_allocations(self, namespace: str, job_id: str) -> list[StoredAllocation]:
+        """The allocations of one job, oldest first (`(CreateIndex, ID)`)."""
+        found = self._by_job.get((namespace, job_id))
+        if not found:
+            return []
+        return sorted(found.values(), key=lambda a: (a.create_index, a.id))
+
     def by_id(
         self,
         prefix_hex: str = "",
@@ -145,6 +158,9 @@ class AllocationStore:
         everything = list(self._allocs.values())
         self._by_create = SortedIndex.build(((a.create_index, a.id), a) for a in everything)
         self._by_id = SortedIndex.build((a.id, a) for a in everything)
+        self._by_job = {}
+        for alloc in everything:
+            self._by_job.setdefault(_job_key(alloc), {})[alloc.id] = alloc
         grouped: dict[str, list[StoredAllocation]] = {}
         for alloc in everything:
             grouped.setdefault(alloc.namespace, []).append(alloc)
@@ -181,7 +197,9 @@ class AllocationStore:
     def _put(self, alloc: StoredAllocation) -> None:
         old = self._allocs.get(alloc.id)
         if old is not None and (
-            old.create_index != alloc.create_index or old.namespace != alloc.namespace
+            old.create_index != alloc.create_index
+            or old.namespace != alloc.namespace
+            or _job_key(old) != _job_key(alloc)
         ):
             self._unindex(old)
         self._allocs[alloc.id] = alloc
@@ -192,13 +210,23 @@ class AllocationStore:
             namespace = self._by_namespace[alloc.namespace] = SortedIndex()
         namespace.put(key, alloc)
         self._by_id.put(alloc.id, alloc)
+        self._by_job.setdefault(_job_key(alloc), {})[alloc.id] = alloc
 
     def _unindex(self, alloc: StoredAllocation) -> None:
         key = (alloc.create_index, alloc.id)
         self._by_create.discard(key)
         self._by_id.discard(alloc.id)
+        job = self._by_job.get(_job_key(alloc))
+        if job is not None:
+            job.pop(alloc.id, None)
+            if not job:
+                del self._by_job[_job_key(alloc)]
         namespace = self._by_namespace.get(alloc.namespace)
         if namespace is not None:
             namespace.discard(key)
             if not namespace:
                 del self._by_namespace[alloc.namespace]
+
+
+def _job_key(alloc: StoredAllocation) -> tuple[str, str]:
+    return alloc.namespace, str(alloc.wire.get("JobID") or "")
