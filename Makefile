@@ -23,10 +23,12 @@ $(BIN)/.installed: pyproject.toml
 
 venv: $(BIN)/.installed
 
-# Builds etcd, kube-apiserver, kube-controller-manager, kube-scheduler, kubectl and kwok from the Go
-# wrapper modules in controlplane/; reuses what is already built.
+# Builds etcd, kube-apiserver, kube-controller-manager, kube-scheduler, kubectl and kwok, and the
+# real node's kubelet, kube-proxy and containerd, from the Go wrapper modules in controlplane/
+# (reusing what is already built); installs the real node's Debian packages (runc, CNI plugins).
 controlplane:
 	@controlplane/build.sh $(CONTROLPLANE_BIN)
+	@controlplane/node-packages.sh
 
 lint: $(BIN)/.installed
 	$(BIN)/ruff check operator tests benchmarks

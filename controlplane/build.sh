@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# Builds the local control plane's binaries from the Go wrapper modules beside this script into
-# $1 (default ../.cache/controlplane/bin). A binary already there, built from the same go.sum, is
+# Builds the local control plane's binaries, and the real node's kubelet, kube-proxy and containerd,
+# from the Go wrapper modules beside this script into $1 (default ../.cache/controlplane/bin). A binary already there, built from the same go.sum, is
 # reused, so a warm run takes seconds.
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
@@ -29,7 +29,7 @@ kube_ldflags="-s -w -X k8s.io/component-base/version.gitVersion=$kube_version \
 
 # build MODULE BINARY PACKAGE [LDFLAGS]: skips the build when the stamp matches the module's go.sum.
 build() {
-  local module=$1 binary=$2 package=$3 ldflags=${4:--s -w}
+  local module=$1 binary=$2 package=$3 ldflags=${4:--s -w} tags=${5:-}
   local stamp="$out/.$binary.stamp" want
   want=$(cat "$here/$module/go.mod" "$here/$module/go.sum" | sha256sum | cut -c1-16)
   if [[ -x "$out/$binary" && -f "$stamp" && "$(cat "$stamp")" == "$want" ]]; then
@@ -38,7 +38,7 @@ build() {
   fi
   echo "controlplane: building $binary from $package ..."
   local start=$SECONDS
-  (cd "$here/$module" && go build -trimpath -ldflags "$ldflags" -o "$out/$binary" "$package")
+  (cd "$here/$module" && go build -trimpath -tags "$tags" -ldflags "$ldflags" -o "$out/$binary" "$package")
   echo "$want" > "$stamp"
   echo "controlplane: built $binary in $((SECONDS - start))s"
 }
@@ -49,3 +49,12 @@ build kubernetes kube-apiserver k8s.io/kubernetes/cmd/kube-apiserver "$kube_ldfl
 build kubernetes kube-controller-manager k8s.io/kubernetes/cmd/kube-controller-manager "$kube_ldflags"
 build kubernetes kube-scheduler k8s.io/kubernetes/cmd/kube-scheduler "$kube_ldflags"
 build kubernetes kubectl k8s.io/kubernetes/cmd/kubectl "$kube_ldflags"
+build kubernetes kubelet k8s.io/kubernetes/cmd/kubelet "$kube_ldflags"
+build kubernetes kube-proxy k8s.io/kubernetes/cmd/kube-proxy "$kube_ldflags"
+
+# containerd for the real node: static (no cgo, no btrfs), without the CLI's doc generator.
+containerd_tags="urfave_cli_no_docs osusergo netgo static_build"
+build containerd containerd github.com/containerd/containerd/v2/cmd/containerd "-s -w" "$containerd_tags"
+build containerd containerd-shim-runc-v2 github.com/containerd/containerd/v2/cmd/containerd-shim-runc-v2 \
+  "-s -w" "$containerd_tags no_grpc"
+build containerd ctr github.com/containerd/containerd/v2/cmd/ctr "-s -w" "$containerd_tags"
