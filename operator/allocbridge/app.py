@@ -253,8 +253,8 @@ def tune_garbage_collection() -> None:
     A replica decodes a watch event, a pod or an API answer into thousands of short-lived
     objects, almost all freed by reference counting; CPython's default thresholds still ran a
     collection every 700 of them, each full one walking every module, class and cached
-    object. With the code frozen and a higher young threshold, the operator used about 17%
-    less CPU while 500 allocations started (7.0 -> 5.8 s in one bench pair).
+    object. With the code frozen and a higher young threshold, the operator used about a sixth
+    less CPU while 500 allocations started (docs/benchmarks/2026-11-25.md).
     """
     gc.freeze()
     _, middle, old = gc.get_threshold()

@@ -1,33 +1,16 @@
 """Stop, signal, restart and pause, as operations on the allocation's pod.
 
-How each maps to Kubernetes (the README repeats this):
-- stop: the Allocation's status gets desired status `stop` (and `stopAt`, the end of the
-  shutdown delay unless `no_shutdown_delay`); the reconciler then records `Killing` and deletes
-  the pod, and the allocation ends `complete`. A replacement Allocation with the same spec is
-  created and linked both ways (`PreviousAllocation`/`NextAllocation`, `RescheduleTracker`).
-- signal, restart and pause run `kill -SIG -- PID` in the task's container through `pods/exec`
-  (no shell). The main process is PID 1 of the container's PID namespace, and Linux drops
-  signals sent to it from inside unless it catches or blocks them (`allocbridge.model.pid1`).
-  So each action first reads `/proc/1/status` and `/proc/1/task/1/children` in the container
-  (with its `cat`) and sends to PID 1 when it takes the signal, to every process below PID 1
-  (`kill -1`) when the task runs under an init or a wrapper, and otherwise answers an error
-  naming the reason: it never reports success for a signal the kernel would drop. A container
-  without `kill` or `cat` gives a clear error too.
-- restart: the task's `killSignal` (SIGTERM by default) as above; the kubelet restarts the
-  container in place (restartPolicy Always/OnFailure) and the status shows `Restart Signaled`,
-  then `Terminated`, `Restarting`, `Started`. A restart asked for here does not count against
-  the restart policy, and the task's next exit is the restart whatever its code: a batch task
-  that exits 0 on its kill signal, which the kubelet leaves stopped, gets a new pod
-  (`allocbridge.model.status`). If the container has not exited after its kill timeout, SIGKILL
-  goes to the processes below PID 1; when there are none (SIGKILL never reaches PID 1 from
-  inside), the pod is replaced instead. A kill signal that could not be sent takes its restart
-  back. `AllTasks` replaces the pod, so
-  that prestart tasks run again.
-- pause: SIGSTOP / SIGCONT to every process below PID 1 (`kill -1`), with `Pausing`/`Running`
-  events and the schedule state in the task state. A task whose main process is PID 1 itself
-  cannot be stopped from inside its container: pausing it answers an error.
-Every action writes its events into the Allocation's status with an optimistic-concurrency
-retry, so writes from API replicas and the reconciler never overwrite each other.
+Stop marks the Allocation stopped (with `stopAt`, the end of its shutdown delay) and creates
+its linked replacement; the reconciler deletes the pod. Signal, restart and pause run
+`kill -SIG -- TARGET` in the task's container through `pods/exec`, never through a shell, and
+first read `/proc/1` there: Linux drops signals sent to a container's PID 1 from inside unless
+it takes them, so the target comes from `allocbridge.model.pid1` and an action that would be
+dropped answers an error instead of a false success. A kill signal that could not be sent takes
+its restart back. Every action writes its events into the Allocation's status with an
+optimistic-concurrency retry, so API replicas and the reconciler never overwrite each other.
+
+What each action does, step by step: docs/kubernetes-mapping.md ("How the actions map to
+Kubernetes", "Signals and a container's PID 1").
 """
 
 from __future__ import annotations

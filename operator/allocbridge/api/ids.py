@@ -2,8 +2,8 @@
 
 The checks run in memdb's order and fail with its reasons (lengths count UTF-8 bytes, as Go's
 `len` does; the hex decoder names the first bad byte). Nomad answers these with 500; we answer
-400, the status for bad input (design.md section 3), keeping the text
-`alloc lookup failed: index error: <reason>`.
+400, the status for bad input (design.md section 3; docs/api.md lists the difference), keeping
+the text `alloc lookup failed: index error: <reason>`.
 """
 
 from __future__ import annotations

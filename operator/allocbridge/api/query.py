@@ -2,8 +2,8 @@
 
 The order of the checks is Nomad's `parse()` (stale, prefix, namespace, per_page, next_token,
 filter, reverse, wait, index), so the first bad parameter reported is the one Nomad reports.
-All failures are 400; for a bad boolean Nomad answers 500 with the same text (design.md
-section 3 lists the deliberate difference).
+All failures are 400; for a bad boolean Nomad answers 500 with the same text (a deliberate
+difference, listed in docs/api.md).
 """
 
 from __future__ import annotations

@@ -3,7 +3,7 @@
 Body `{"Signal": "SIGUSR1", "Task": "web"}` (keys case-insensitive, as Go decodes them); answers
 `{}`. Nomad answers 500 for an unknown or stopped task; here those are 404 `Task not found` and
 409 `Task not running` (also when no task is named and none is running), and an unknown signal
-name is 400 (see the README's compatibility table). As in Nomad, a body that is not JSON fails
+name is 400 (docs/api.md lists these differences). As in Nomad, a body that is not JSON fails
 first, then an unknown allocation (404) and a missing capability (403), then the signal.
 """
 

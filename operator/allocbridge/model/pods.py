@@ -1,60 +1,16 @@
 """The Pod that runs an allocation, rendered as a plain manifest dict (no I/O).
 
-One Allocation is one Pod, owned by it; each task is a container:
+One Allocation is one Pod, owned by it; each task is a container (prestart tasks init
+containers, prestart sidecars native sidecars, poststart tasks after the main ones; poststop
+cannot be expressed and is refused). The pod's `restartPolicy` is `Always` for service and
+system jobs and `OnFailure` for batch, never `Never`: the kubelet restarts containers in place,
+which the in-place restart and signal actions need, while every exit stays visible to the
+operator, which enforces the group's restart policy on top. Where that policy is wrong for one
+poststart task, the container gets its own `restartPolicy` on clusters and kubelets that honour
+it (1.35+, `kubelet_honours_container_restart_policies`).
 
-- main tasks (no lifecycle) are ordinary containers, in spec order;
-- prestart sidecars are native sidecars (init containers with `restartPolicy: Always`), listed
-  first so they already run while the ephemeral prestart tasks do, as in Nomad;
-- ephemeral prestart tasks are init containers: the main tasks start once they succeeded;
-- poststart tasks (sidecar or not) are ordinary containers after the main tasks;
-- poststop tasks cannot be expressed (a pod never starts containers after its main ones), so
-  `validation.validate` rejects them and `render_pod` refuses them.
-
-Pod `restartPolicy`: `Always` for service and system jobs, `OnFailure` for batch and sysbatch.
-The operator enforces the group restart policy (attempts within interval, delay, mode) on top:
-the kubelet restarts a container in place, and every exit stays visible to the operator as the
-container's `restartCount` and `lastState.terminated` (exit code, reason, times), so it can
-record `Terminated`/`Restarting` and, once the attempts are spent, `Not Restarting` and fail the
-allocation. `Never` would also show every exit, but a container could then never run again in
-place, which the in-place restart and signal actions (and Nomad's restart of one task while its
-siblings keep running) need. Batch jobs use `OnFailure` because a batch task that exits 0 is
-complete in Nomad and must not run again; service tasks run again whatever their exit code.
-The one exit 0 of a batch task that must run again, after a user restart, gets a new pod.
-The kubelet's crash-loop back-off (10s doubling to 5m) stands in for the policy's `delay`.
-A failing ephemeral prestart task is retried in place too (init containers run until they
-succeed), so it counts against the policy like any task. Once every task but the sidecars has
-ended, the operator records the sidecars killed (`Killing`, `allocbridge.model.status`)
-and deletes the pod: poststart sidecars are regular containers the kubelet would keep running
-(it stops native sidecars by itself once the regular containers end).
-
-Where the pod's policy is wrong for one poststart task, the container gets its own
-`restartPolicy`, on clusters that honour it for regular containers (Kubernetes 1.35 and later,
-`ContainerRestartRules`; `PodSettings.container_restart_policies`): a run-once poststart task
-of a service job `OnFailure`, so its exit 0 ends it, and a poststart sidecar of a batch job
-`Always`, since Nomad restarts sidecars whatever their exit code. On older clusters, under
-`Always`, an ephemeral poststart task that exits 0 is started again by the kubelet (with its
-back-off): the operator records that first exit as the task's completion and ignores the
-reruns, but the command does run again; and a batch job's poststart sidecar that exits 0
-stays stopped. The same holds on a node whose kubelet is older than the API server (during an
-upgrade): the pod keeps the container's policy but that kubelet ignores it, which is why the
-reconciler reads each node's kubelet version (`kubelet_honours_container_restart_policies`).
-
-Resources: Nomad CPU MHz become millicores at `PodSettings.mhz_per_cpu` MHz per CPU (default
-1000, so 100 MHz = 100m) as the request; no CPU limit unless `cpu_limit_factor` is set, since
-Nomad CPU is a share that may burst. Nomad MemoryMB (MiB) is the memory request; the limit is
-`memoryMaxMB` when set (Nomad's oversubscription ceiling), else MemoryMB x
-`memory_limit_factor` (default 1: Nomad memory is a hard limit).
-
-Checks: each container gets at most one readiness probe (Kubernetes allows one), taken from its
-own services' checks first, then group-service checks go to the leader or the first container
-without one. http, tcp and grpc checks become the matching probe; script checks on task services
-become exec probes. `probe_assignments` tells which check each probe stands for, so the pod's
-readiness can be reported back as Nomad check results; other checks are the operator's to run.
-
-Ports: the group ports (see `AllocationSpec.ports`) are declared on the leader (or first main)
-container, and every task gets Nomad's `NOMAD_PORT_<label>`, `NOMAD_HOST_PORT_<label>`,
-`NOMAD_IP_<label>` and `NOMAD_ADDR_<label>` plus the usual `NOMAD_*` identity variables.
-Nomad `${VAR}` interpolation in env values, command and args becomes Kubernetes `$(VAR)`.
+Resources, checks as readiness probes (`probe_assignments`), ports and `NOMAD_*` variables,
+and why each choice: docs/kubernetes-mapping.md.
 """
 
 from __future__ import annotations

@@ -8,26 +8,11 @@ over reconciliation and a restarted operator continues where the last one stoppe
 Status keys are Kubernetes camelCase versions of Nomad's names (`taskStates.web.state`,
 `events[].displayMessage`); `allocbridge.model.wire` turns them into Nomad's PascalCase.
 
-How the pod's life maps onto Nomad's task states:
-- The pod's `restartPolicy` (Always for services, OnFailure for batch) lets the kubelet restart
-  a container in place; each new container restart becomes `Terminated` (with the exit code)
-  and `Restarting` events, and moves `restarts` and `lastRestart`.
-- The group restart policy is enforced on top: when more than `attempts` restarts fall inside
-  `interval`, mode `fail` records `Not Restarting`, asks for the pod to be deleted and fails the
-  allocation; mode `delay` records the wait and lets the kubelet's back-off pace the restart.
-- A pod deleted under a running allocation counts as every running task failing: it restarts
-  (a new pod) per the restart policy, never silently.
-- A dead leader task stops its siblings (`Leader Task Dead`, then `Killing`/`Killed`), and once
-  only sidecars are left they are stopped the same way (`Killing` with the reason `Main tasks
-  in the group died`), as Nomad does, so a batch allocation with sidecars completes.
-- Run-once lifecycle tasks (prestart or poststart without `sidecar`) end with their first
-  successful exit, even when the kubelet runs the container again (a poststart task under
-  `Always`); a failing one restarts in place per the group policy, init containers included.
-- A user restart (`observed[task].userRestarts`, written by the restart action) claims the next
-  exit of the task whatever its code: when the kubelet will not run the container again (exit 0
-  under `OnFailure`), the pod is replaced instead of the task completing.
-- A stopped allocation's tasks that exit once the pod is being deleted end `Killed`, after the
-  `Terminated` the kubelet reports.
+The pod's life maps onto task states and events (container restarts as `Terminated` and
+`Restarting`, the group restart policy enforced on top of the kubelet's, leader and sidecar
+endings, user restarts, stops) as docs/kubernetes-mapping.md describes. A user restart reaches
+this module as `observed[task].userRestarts`, written by the restart action, and claims the
+task's next exit whatever its code.
 """
 
 from __future__ import annotations
