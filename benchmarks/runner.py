@@ -97,7 +97,9 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
         ),
     )
     parser.add_argument("--state-dir", type=Path, help="control-plane state (default: a tmp dir)")
-    parser.add_argument("--output", type=Path, help="also write the table (Markdown) here")
+    parser.add_argument(
+        "--output", type=Path, help="also write the table here (docs/benchmarks/YYYY-MM-DD.md)"
+    )
     options = parser.parse_args(argv)
     chosen = [s.strip() for s in options.only.split(",") if s.strip()]
     unknown = sorted(set(chosen) - set(SECTIONS))

@@ -6,7 +6,8 @@ is less time or memory, above 1 is more throughput. A goal constrains either the
 (`p50 < 50 ms`) or that ratio (`≤ 0.2`, i.e. at least 5 times faster), and is `met` or `MISSED`;
 a figure that could not be measured is `—` and leaves its goals `n/a`.
 
-The table is Markdown with padded columns, readable in a terminal and pasteable into the README.
+The table is Markdown with padded columns, readable in a terminal; `--output` writes it to a file,
+kept as a dated result under docs/benchmarks/ (docs/benchmarks.md).
 """
 
 from __future__ import annotations

@@ -15,7 +15,7 @@ controller {
 listener "tcp" {
   purpose     = "api"
   address     = "0.0.0.0:4646"
-  tls_disable = true # plain HTTP inside the cluster; see the README for TLS
+  tls_disable = true # plain HTTP inside the cluster; see docs/operations.md for TLS
 }
 
 listener "tcp" {

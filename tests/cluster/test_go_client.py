@@ -43,7 +43,7 @@ pytestmark = pytest.mark.cluster
 
 GO_MODULE = REPO / "tests" / "goclient"
 NODE_NAME = "node-1"  # tests/conftest.py's node
-FIRST_BUILD_TIMEOUT = 1200.0  # download and compile on a fresh machine (measured: see README)
+FIRST_BUILD_TIMEOUT = 1200.0  # download and compile on a fresh machine (docs/development.md)
 STEP_TIMEOUT = 600.0
 
 

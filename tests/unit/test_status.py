@@ -474,7 +474,7 @@ def test_batch_with_a_poststart_sidecar_completes_when_the_main_task_does() -> N
 
 def test_a_batch_poststart_sidecar_that_exits_0_is_dead_and_the_main_task_runs_on() -> None:
     """On a cluster without container restart policies the kubelet (`OnFailure`) leaves it
-    stopped where Nomad would restart it (README)."""
+    stopped where Nomad would restart it (docs/api.md, differences from Nomad)."""
     s_spec = sidecar_spec("poststart")
     both = batch_pod([running("main", T0), running("proxy", T0)])
     s = derive(s_spec, {"podCreated": True}, both, T0).status
