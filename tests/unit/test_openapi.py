@@ -95,5 +95,22 @@ async def test_document_is_served() -> None:
         assert (await pretty.read()).endswith(b"}\n")
         wrong = await client.post("/v1/openapi.json")
         assert (wrong.status, await wrong.text()) == (405, "Invalid method")
+        assert wrong.headers["Allow"] == "GET"
+    finally:
+        await client.close()
+
+
+async def test_every_405_names_the_methods_its_path_takes() -> None:
+    """RFC 9110: a 405 carries `Allow`; the methods are the document's for that path."""
+    client: TestClient[Any, Any] = TestClient(TestServer(_app()))
+    await client.start_server()
+    ident = "aa000000-0000-4000-8000-000000000001"
+    try:
+        for path, operations in DOCUMENT["paths"].items():
+            url = path.format(alloc_id=ident, eval_id=ident, node_id="n", job_id="j")
+            response = await client.request("PATCH", url)
+            assert response.status == 405, path
+            allowed = sorted(method.upper() for method in operations)
+            assert response.headers["Allow"] == ", ".join(allowed), path
     finally:
         await client.close()

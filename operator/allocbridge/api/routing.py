@@ -2,7 +2,8 @@
 
 Each endpoint module exports `ENDPOINTS`: paths with a handler per method. Every endpoint path
 also answers any other method with 405 `Invalid method` (aiohttp's own 405 would carry its own
-body, and a method miss must not fall through to the catch-alls below). After all endpoints,
+body, and a method miss must not fall through to the catch-alls below), with the `Allow` header
+listing the methods the path takes, as RFC 9110 requires of a 405. After all endpoints,
 the fall-throughs reproduce Nomad's routing for everything else:
 
 - under `/v1/allocation/` and `/v1/client/allocation/`: 404 `resource not found`;
@@ -42,7 +43,7 @@ def add_endpoints(router: web.UrlDispatcher, endpoints: Iterable[Endpoint]) -> N
         resource = router.add_resource(endpoint.path)
         for method, handler in endpoint.handlers.items():
             resource.add_route(method, handler)
-        resource.add_route("*", invalid_method)
+        resource.add_route("*", method_not_allowed(endpoint.handlers))
 
 
 def add_fallthroughs(router: web.UrlDispatcher) -> None:
@@ -52,8 +53,14 @@ def add_fallthroughs(router: web.UrlDispatcher) -> None:
     router.add_route("*", "/{tail:.*}", root_fallthrough)
 
 
-async def invalid_method(request: web.Request) -> web.StreamResponse:
-    raise ApiError(405, INVALID_METHOD)
+def method_not_allowed(handlers: Mapping[str, Handler]) -> Handler:
+    """The 405 handler of one path: Nomad's `Invalid method` plus `Allow: <its methods>`."""
+    allow = {"Allow": ", ".join(sorted(method.upper() for method in handlers))}
+
+    async def invalid_method(request: web.Request) -> web.StreamResponse:
+        raise ApiError(405, INVALID_METHOD, headers=allow)
+
+    return invalid_method
 
 
 async def resource_not_found(request: web.Request) -> web.StreamResponse:
