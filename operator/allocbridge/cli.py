@@ -29,6 +29,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     dev.add_argument("--state-dir", default=".dev", help="where the local cluster keeps its files")
     dev.add_argument("--api-port", type=int, default=4646)
     dev.add_argument("--ops-port", type=int, default=9203)
+    dev.add_argument(
+        "--kwok", action="store_true", help="run pods on kwok's fake node, not the real node"
+    )
 
     args = parser.parse_args(argv)
     if args.command == "check-config":
@@ -37,7 +40,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         return run_command(args.config)
     from allocbridge.devmode import run_dev  # noqa: PLC0415 - only `dev` needs it
 
-    return run_dev(args.state_dir, api_port=args.api_port, ops_port=args.ops_port)
+    return run_dev(args.state_dir, api_port=args.api_port, ops_port=args.ops_port, kwok=args.kwok)
 
 
 def check_config(path: str) -> int:

@@ -1,9 +1,12 @@
 """`allocbridge dev`: the product on a local control plane, in one command.
 
-Starts the local control plane (state under `.dev/`), installs the CRDs, creates a node, applies
-an example allocation and runs the operator with the API on 4646 and the ops listener on 9203
-(ACL disabled), then prints what to export. Ctrl-C or SIGTERM stops the operator, then every
-control-plane process; nothing is left running.
+Starts the local control plane (state under `.dev/`) with a real node (kubelet, containerd,
+runc, CNI: pods run as real containers), installs the CRDs, applies an example allocation and
+runs the operator with the API on 4646 and the ops listener on 9203 (ACL disabled), then prints
+what to export. Where this machine cannot run containers (not root, no cgroups, the node's parts
+not built) it says why in one line and uses a kwok node instead (`--kwok` asks for that).
+Ctrl-C or SIGTERM stops the operator, then every process of the cluster, and undoes what the
+real node changed on the host (docs/real-node.md).
 """
 
 from __future__ import annotations
@@ -14,10 +17,19 @@ import sys
 from pathlib import Path
 
 from allocbridge import app, config, logs
-from allocbridge.localcluster.binaries import BinariesMissingError
+from allocbridge.localcluster.binaries import BinariesMissingError, default_bin_dir
 from allocbridge.localcluster.cluster import LocalCluster
+from allocbridge.localcluster.realnode import why_unavailable
 
 REPO = Path(__file__).resolve().parents[2]
+
+
+def _real_node_possible() -> bool:
+    """Whether the real node can run here; if not, say why in one line."""
+    reason = why_unavailable(default_bin_dir())
+    if reason:
+        print(f"==> no real node: {reason}; pods run on kwok's fake node instead", flush=True)
+    return reason is None
 
 
 def dev_config(api_port: int, ops_port: int, kubeconfig: Path) -> str:
@@ -31,19 +43,22 @@ def dev_config(api_port: int, ops_port: int, kubeconfig: Path) -> str:
     return "# Written by `allocbridge dev`.\n" + config.render(settings)
 
 
-def run_dev(state_dir: str, *, api_port: int, ops_port: int) -> int:
+def run_dev(state_dir: str, *, api_port: int, ops_port: int, kwok: bool = False) -> int:
     state = Path(state_dir).resolve()
     state.mkdir(parents=True, exist_ok=True)
     logs.configure("text", "info")
-    cluster = LocalCluster(state_dir=state)
     try:
-        print(f"==> starting the local control plane (state in {state}) ...", flush=True)
+        real_node = not kwok and _real_node_possible()
+        cluster = LocalCluster(state_dir=state, real_node=real_node)
+        kind = "a real node" if real_node else "a kwok node"
+        print(f"==> starting the local control plane with {kind} (state in {state}) ...")
         cluster.start()
     except BinariesMissingError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
     try:
-        cluster.create_node("node-1")
+        if not real_node:
+            cluster.create_node("node-1")
         kubectl = [str(cluster.kubectl), f"--kubeconfig={cluster.kubeconfig}"]
         crds = REPO / "crds"
         subprocess.run([*kubectl, "apply", "-f", str(crds)], check=True, stdout=subprocess.DEVNULL)
@@ -68,6 +83,7 @@ def run_dev(state_dir: str, *, api_port: int, ops_port: int) -> int:
     export PATH={cluster.kubectl.parent}:$PATH   # the kubectl built for this control plane
 
     kubectl get allocations
+    kubectl get nodes -o wide
     curl -s $NOMAD_ADDR/v1/allocations | python3 -m json.tool
     curl -s http://127.0.0.1:{ops_port}/health?worker_info=1
 

@@ -1,9 +1,11 @@
 """A local Kubernetes control plane for tests and `allocbridge dev`, built from Go modules.
 
 `LocalCluster` runs etcd, kube-apiserver, kube-controller-manager, kube-scheduler, kwok (the
-kubelet of fake nodes) and a kubelet simulation on loopback; see `cluster.py` for its use,
-`sandbox.py` for what happens to commands exec'd into pods, `kubelet.py` for how containers end
-and restart, and `standins.py` for the recording `kill` that makes signalling safe on the host.
+kubelet of fake nodes) and a kubelet simulation on loopback, and optionally a real node
+(`realnode.py`: kubelet, kube-proxy, containerd, runc, CNI; images from `images.py`; host changes
+undone by `hoststate.py`). See `cluster.py` for its use, `sandbox.py` for what happens to commands
+exec'd into kwok's pods, `kubelet.py` for how they end and restart, and `standins.py` for the
+recording `kill` that makes signalling safe on the host.
 
 The names below are imported lazily, so that `python -m allocbridge.localcluster.sandbox` (the
 kubelet simulation's process) does not import its own module twice.

@@ -20,6 +20,9 @@ ENV_BIN_DIR = "ALLOCBRIDGE_CONTROLPLANE_BIN"
 NAMES = ("etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler", "kubectl", "kwok")
 KWOK_MODULE = "sigs.k8s.io/kwok"
 KWOK_DEFAULT_VERSION = "v0.8.0"
+#: kwok's CRDs the local cluster enables (kind -> plural): `Exec` runs exec commands on this
+#: machine, `Logs` serves a pod's container logs from a file (tests write both).
+KWOK_CRDS = {"Exec": "execs", "Logs": "logs"}
 _HOW_TO_BUILD = (
     "run `make controlplane` in the repository root (it builds them from Go modules; it needs "
     "Go 1.26 or newer on PATH and the Go module proxy reachable), or point "

@@ -11,6 +11,8 @@ Typical use (start-up and stop are synchronous: a pytest session fixture, or the
 
     cluster = LocalCluster(state_dir=Path(".dev")).start()   # waits until ready
     cluster.create_node("node-1")       # a Ready kwok node without taints
+
+    LocalCluster(state_dir=..., real_node=True)   # also a real kubelet node, `real-1` (realnode.py)
     ... use cluster.kubeconfig (admin, system:masters) ...
     cluster.stop()                      # also at interpreter exit, SIGTERM or SIGHUP
 
@@ -56,7 +58,7 @@ from typing import Any
 import yaml
 
 from .audit import AuditedRequest, read_audit_log, write_audit_policy
-from .binaries import Binaries, kwok_crd_file
+from .binaries import KWOK_CRDS, Binaries, default_bin_dir, kwok_crd_file
 from .kubelet import (
     SignalRecord,
     container_folder,
@@ -65,6 +67,7 @@ from .kubelet import (
 )
 from .pki import Pki
 from .processes import ManagedProcess, ProcessRegistry
+from .realnode import RealNode
 from .restclient import ApiError, RestClient
 from .sandbox import exec_path
 from .stages import (
@@ -99,6 +102,8 @@ class LocalCluster:
         bin_dir: Path | None = None,
         start_timeout: float = 120.0,
         audit: bool = False,
+        real_node: bool = False,
+        dedicated_real_node: bool = False,
     ) -> None:
         self._temporary = state_dir is None
         if state_dir is None:  # created by start(), removed by stop()
@@ -114,6 +119,9 @@ class LocalCluster:
         self._binaries: Binaries | None = None
         self._timeout = start_timeout
         self._audit = audit
+        self._want_real_node = real_node
+        self._dedicated_real_node = dedicated_real_node
+        self.real_node: RealNode | None = None
         self._procs: list[ManagedProcess] = []
         self._envs: dict[str, dict[str, str] | None] = {}  # for start_component
         self._ports: dict[str, int] = {}
@@ -155,7 +163,7 @@ class LocalCluster:
             if ended:
                 log.warning("ended leftovers of an earlier run in %s: %s", self.state_dir, ended)
             binaries = self.binaries
-            crd = kwok_crd_file("execs", self._bin_dir)
+            crds = [kwok_crd_file(plural, self._bin_dir) for plural in KWOK_CRDS.values()]
             pki = Pki(self.state_dir / "pki").ensure()
             names = (
                 "etcd",
@@ -178,11 +186,14 @@ class LocalCluster:
             # Only now: the controller manager exits (status 1) when the API server refuses
             # its first connection, which happens on a loaded machine.
             self._start_controllers(binaries, pki)
-            self._apply_crd(crd)
+            for crd in crds:
+                self._apply_crd(crd)
             self._reset_nodes()
             self._start_kwok_and_simulation(binaries)
             self._wait(self._components_ready, "controller-manager, scheduler, kwok, sandbox")
             self._wait(self._default_service_account, "the default ServiceAccount")
+            if self._want_real_node:
+                self._start_real_node(pki)
         except BaseException:
             self.stop()
             raise
@@ -196,6 +207,11 @@ class LocalCluster:
         if self._lock_fd is None:
             return  # never started here: the state directory (if any) is not ours to tidy
         self._running = False
+        try:
+            self.stop_real_node()
+        except Exception:
+            log.exception("stopping the real node failed")
+            self.real_node = None
         procs, self._procs = self._procs, []
         by_name = {p.name: p for p in procs}
         for phase in (
@@ -404,7 +420,10 @@ class LocalCluster:
                 f"--tls-cert-file={pki.serving_cert}",
                 f"--tls-private-key-file={pki.serving_key}",
                 f"--client-ca-file={pki.ca_cert}",
-                "--authorization-mode=RBAC",
+                "--authorization-mode=Node,RBAC",
+                # logs, exec and the stats proxy of a real node's kubelet (realnode.py)
+                f"--kubelet-client-certificate={pki.admin_cert}",
+                f"--kubelet-client-key={pki.admin_key}",
                 "--service-account-issuer=https://kubernetes.default.svc.cluster.local",
                 f"--service-account-key-file={pki.sa_pub}",
                 f"--service-account-signing-key-file={pki.sa_key}",
@@ -412,10 +431,40 @@ class LocalCluster:
                 "--kubelet-preferred-address-types=InternalIP",
                 "--endpoint-reconciler-type=none",
                 "--allow-privileged=true",
+                "--feature-gates=PodLogsQuerySplitStreams=true",
                 "--profiling=false",
+                # namespaces whose pods go to a dedicated real node (realnode.py)
+                "--enable-admission-plugins=PodNodeSelector,PodTolerationRestriction",
                 *self._audit_flags(),
             ],
         )
+
+    def stop_real_node(self) -> None:
+        """Stop the real node and undo its host changes (its pods' containers go with it)."""
+        if self.real_node is not None:
+            self.real_node.stop()
+            self.real_node = None
+
+    def start_real_node(self) -> None:
+        """Start a real node again after `stop_real_node` (or add one to a started cluster)."""
+        if self.real_node is None:
+            self._start_real_node(Pki(self.state_dir / "pki"))
+
+    def _start_real_node(self, pki: Pki) -> None:
+        """The kubelet node of `realnode.py`, its files under `<state>/node`."""
+        node = RealNode(
+            self.state_dir / "node",
+            bin_dir=self.binaries.kubectl.parent,
+            image_cache=default_bin_dir().parent.parent / "images",
+            server=self.server,
+            pki=pki,
+            admin_kubeconfig=self.kubeconfig,
+            api=self.api,
+            service_cidr=SERVICE_CIDR,
+            dedicated=self._dedicated_real_node,
+        )
+        self.real_node = node
+        node.start(self._wait)
 
     def _audit_flags(self) -> list[str]:
         if not self._audit:
@@ -512,7 +561,7 @@ class LocalCluster:
                 str(b.kwok),
                 f"--kubeconfig={self.kubeconfig}",
                 f"--config={config}",
-                "--enable-crds=Exec",
+                f"--enable-crds={','.join(KWOK_CRDS)}",
                 f"--manage-nodes-with-label-selector={NODE_SELECTOR}",
                 "--node-ip=127.0.0.1",
                 f"--node-port={port}",
@@ -615,7 +664,8 @@ class LocalCluster:
         deadline = time.monotonic() + (timeout or self._timeout)
         last_error = ""
         while True:
-            for p in self._procs:
+            node_procs = self.real_node.processes if self.real_node else []
+            for p in [*self._procs, *node_procs]:
                 if not p.alive():
                     raise ClusterStartError(
                         f"{p.name} exited with status {p.popen.returncode} while waiting for "

@@ -138,6 +138,48 @@ class Pki:
         )
         return self
 
+    def issue_node(self, node: str, node_ip: str) -> tuple[Path, Path, Path, Path]:
+        """A real node's kubelet credentials from this CA: its client certificate
+        (`system:node:<node>` in `system:nodes`, as the Node authorizer expects) and its serving
+        certificate for `node_ip` (which the API server checks when it proxies logs and exec).
+        Returns (client cert, client key, serving cert, serving key); reissued on every call.
+        """
+        ca_key = serialization.load_pem_private_key(self.ca_key.read_bytes(), None)
+        assert isinstance(ca_key, ec.EllipticCurvePrivateKey)
+        ca_cert = x509.load_pem_x509_certificate(self.ca_cert.read_bytes())
+        parts = ("client.crt", "client.key", "serving.crt", "serving.key")
+        paths = tuple(self.folder / f"{node}-{part}" for part in parts)
+        client_key, serving_key = _new_key(), _new_key()
+        client = _leaf(
+            ca_cert,
+            ca_key=ca_key,
+            key=client_key,
+            subject=_name(f"system:node:{node}", "system:nodes"),
+            usage=ExtendedKeyUsageOID.CLIENT_AUTH,
+            sans=[],
+        )
+        serving = _leaf(
+            ca_cert,
+            ca_key=ca_key,
+            key=serving_key,
+            subject=_name(node),
+            usage=ExtendedKeyUsageOID.SERVER_AUTH,
+            sans=[x509.DNSName(node), x509.IPAddress(ipaddress.ip_address(node_ip))],
+        )
+        _write(paths[0], client.public_bytes(serialization.Encoding.PEM))
+        _write(paths[1], _key_pem(client_key))
+        _write(paths[2], serving.public_bytes(serialization.Encoding.PEM))
+        _write(paths[3], _key_pem(serving_key))
+        return paths[0], paths[1], paths[2], paths[3]
+
+    def write_node_kubeconfig(self, path: Path, server: str, cert: Path, key: Path) -> Path:
+        """A kubeconfig for a kubelet: its node client certificate, this CA."""
+        user = {
+            "client-certificate-data": _b64(cert.read_bytes()),
+            "client-key-data": _b64(key.read_bytes()),
+        }
+        return _write_kubeconfig(path, server, self.ca_cert.read_bytes(), "node", user)
+
     def write_admin_kubeconfig(self, path: Path, server: str, name: str = "allocbridge") -> Path:
         """A kubeconfig for the admin user (client certificate, CA embedded, one context)."""
         user = {
