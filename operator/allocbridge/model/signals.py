@@ -25,9 +25,21 @@ class UnknownSignalError(ValueError):
     """The name is not a signal; the message says so the way the API answers it."""
 
 
+#: Every signal name, `SIGHUP` first (the OpenAPI document lists them).
+NAMES: tuple[str, ...] = tuple(sorted(_NAMES, key=_NAMES.__getitem__))
+#: What `canonical` strips around a name: ASCII whitespace only.
+SPACE = " \t\n\r\f\v"
+
+
 def canonical(name: str) -> str:
-    """`SIGUSR1` for `SIGUSR1`, `sigusr1`, `USR1` or `10`; raises UnknownSignalError."""
-    text = name.strip().upper()
+    """`SIGUSR1` for `SIGUSR1`, `sigusr1`, `USR1` or `10`; raises UnknownSignalError.
+
+    ASCII only, as Go reads names and numbers: `str.isdigit` and `str.upper` would let `²`
+    through to `int()` (a ValueError, so a 500) and read the long s (U+017F) as `S`."""
+    text = name.strip(SPACE)
+    if not text.isascii():
+        raise UnknownSignalError(f"invalid signal {name!r}: not a known signal name")
+    text = text.upper()
     if text.isdigit():
         number = int(text)
         if number in NUMBERS:
