@@ -2,9 +2,18 @@
 
 from __future__ import annotations
 
-import pytest
+import re
 
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from allocbridge.api.openapi import DOCUMENT
 from allocbridge.model.signals import UnknownSignalError, canonical
+
+SIGNAL_PATTERN = DOCUMENT["paths"]["/v1/client/allocation/{alloc_id}/signal"]["post"][
+    "requestBody"
+]["content"]["application/json"]["schema"]["properties"]["Signal"]["pattern"]
 
 
 @pytest.mark.parametrize(
@@ -20,3 +29,14 @@ def test_non_ascii_look_alikes_are_unknown_signals_not_crashes(name: str) -> Non
     """`²`.isdigit() is true but int('²') fails: this was a ValueError, so a 500."""
     with pytest.raises(UnknownSignalError):
         canonical(name)
+
+
+@given(st.text(max_size=12))
+def test_any_text_is_a_signal_or_an_unknown_signal(name: str) -> None:
+    """And the OpenAPI document's pattern says which: the two never disagree."""
+    try:
+        canonical(name)
+    except UnknownSignalError:
+        assert not re.search(SIGNAL_PATTERN, name)
+    else:
+        assert re.search(SIGNAL_PATTERN, name)

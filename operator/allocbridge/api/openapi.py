@@ -3,6 +3,12 @@
 A static document: a test compares its paths and methods with the router's, so an endpoint
 added without its description (or the reverse) fails the build. Write endpoints add their
 operations here when they land.
+
+The parameter and body schemas say exactly what the handlers accept, no more and no less
+(UUID patterns, Go booleans as the strings Go's ParseBool takes, integer ranges, required
+fields, enums), because tests/unit/test_schemathesis.py fuzzes the server against this
+document: a value the document allows must not be refused with 400, and one it forbids must
+be (docs/reliability.md).
 """
 
 from __future__ import annotations
@@ -14,6 +20,9 @@ from aiohttp import web
 from allocbridge.api.query import wants_pretty
 from allocbridge.api.render import json_response, render
 from allocbridge.api.routing import Endpoint
+from allocbridge.model.signals import NAMES as SIGNAL_NAMES
+from allocbridge.model.signals import NUMBERS as SIGNAL_NUMBERS
+from allocbridge.model.signals import SPACE as SIGNAL_SPACE
 
 Json = dict[str, Any]
 
@@ -32,6 +41,68 @@ _BOOL: Final[Json] = {"type": "boolean"}
 _NULLABLE_BOOL: Final[Json] = {"type": "boolean", "nullable": True}
 _NS_TIME: Final[Json] = {"type": "integer", "format": "int64", "description": "Unix nanoseconds"}
 _ANY_OBJECT: Final[Json] = {"type": "object", "additionalProperties": True}
+#: What Go's `strconv.ParseBool` takes, plus the empty string (Nomad's "not set").
+_GO_BOOL: Final[Json] = {
+    "type": "string",
+    "enum": ["", "1", "t", "T", "TRUE", "true", "True", "0", "f", "F", "FALSE", "false", "False"],
+}
+_HEX: Final = "[0-9a-fA-F]"
+#: A full ID. The server also takes other hyphen placements of 32 hex digits (memdb compares
+#: decoded bytes), but those name no allocation in practice: 404 either way.
+_UUID: Final[Json] = {
+    "type": "string",
+    "pattern": f"^{_HEX}{{8}}-{_HEX}{{4}}-{_HEX}{{4}}-{_HEX}{{4}}-{_HEX}{{12}}$",
+}
+#: memdb's prefix rules: at most 36 characters and 4 hyphens, an even number of hex digits.
+_ID_PREFIX: Final[Json] = {
+    "type": "string",
+    "maxLength": 36,
+    "pattern": f"^(?!(?:[^-]*-){{5}})(?:-*{_HEX}-*{_HEX})*-*$",
+}
+#: The digits each unit of a duration part may have, so that 8 parts at most stay inside Go's
+#: range (2^63 ns, about 2,562,047 h): the largest part, 10^N - 1 units, is under 277,778 h.
+_DURATION_DIGITS: Final = (
+    ("h", 5), ("m", 7), ("s", 9), ("ms", 12), ("us|µs|μs", 15), ("ns", 18)
+)  # fmt: skip
+
+
+def _go_duration() -> Json:
+    """Go's `time.ParseDuration` syntax, or empty (the default).
+
+    Go refuses a duration past its range, which no pattern can say exactly; the pattern keeps
+    to durations that fit (up to 8 parts, bounded digits per unit). Longer forms that fit are
+    taken too, so a fuzzer's out-of-pattern value is refused unless it is such a form."""
+    parts = "|".join(
+        f"(?:[0-9]{{1,{digits}}}(?:\\.[0-9]*)?|\\.[0-9]+)(?:{units})"
+        for units, digits in _DURATION_DIGITS
+    )
+    return {"type": "string", "pattern": f"^(?:[-+]?(?:0|(?:{parts}){{1,8}}))?$"}
+
+
+_UINT64: Final[Json] = {"type": "integer", "minimum": 0, "maximum": 2**64 - 1}
+_INT32: Final[Json] = {"type": "integer", "minimum": -(2**31), "maximum": 2**31 - 1}
+_NAME: Final[Json] = {"type": "string", "minLength": 1}
+
+
+def _ascii_case_insensitive(word: str) -> str:
+    return "".join(f"[{c.upper()}{c.lower()}]" if c.isalpha() else c for c in word)
+
+
+def _signal() -> Json:
+    """What `model.signals.canonical` takes: a name with or without `SIG` in any ASCII case,
+    or its number (leading zeros allowed), with ASCII whitespace around it."""
+    names = sorted({name.removeprefix("SIG") for name in SIGNAL_NAMES}, key=len, reverse=True)
+    numbers = sorted((str(n) for n in SIGNAL_NUMBERS), key=len, reverse=True)
+    space = "[" + "".join(f"\\x{ord(c):02x}" for c in SIGNAL_SPACE) + "]*"
+    word = (
+        f"(?:{_ascii_case_insensitive('SIG')})?(?:{'|'.join(map(_ascii_case_insensitive, names))})"
+    )
+    return {
+        "type": "string",
+        "pattern": f"^{space}(?:{word}|0*(?:{'|'.join(numbers)})){space}$",
+        "description": "A signal name such as `SIGUSR1` (also `usr1`) or its Linux number",
+    }
+
 
 _META_HEADERS: Final[Json] = {
     "X-Nomad-Index": _ref("headers", "Index"),
@@ -74,6 +145,7 @@ def _write(
     *,
     methods: tuple[str, ...],
     index_header: bool = False,
+    body_required: bool = False,
 ) -> Json:
     """One write operation, the same under each of its methods."""
     ok = _ok("Done", answer, meta=False)
@@ -86,7 +158,10 @@ def _write(
         "responses": {"200": ok, **_errors("400", "403", "404", "405", "409", "500", "503")},
     }
     if body is not None:
-        operation["requestBody"] = {"content": {"application/json": {"schema": body}}}
+        operation["requestBody"] = {
+            "required": body_required,
+            "content": {"application/json": {"schema": body}},
+        }
     return {method: operation for method in methods}
 
 
@@ -361,56 +436,100 @@ def _schemas() -> Json:
 
 
 def _parameters() -> Json:
+    ws_headers = {
+        "connection": (
+            "Connection",
+            {
+                "type": "string",
+                "pattern": (
+                    f"^(?:[^,]*,)*[ \\t]*{_ascii_case_insensitive('upgrade')}[ \\t]*(?:,.*)?$"
+                ),
+            },
+        ),
+        "upgrade": (
+            "Upgrade",
+            {"type": "string", "pattern": f"^{_ascii_case_insensitive('websocket')}$"},
+        ),
+        "ws_version": ("Sec-WebSocket-Version", {"type": "string", "enum": ["13"]}),
+        "ws_key": (
+            "Sec-WebSocket-Key",
+            {"type": "string", "pattern": "^[A-Za-z0-9+/]{22}==$"},
+        ),
+    }
     return {
         "alloc_id": _param(
-            "alloc_id", "path", _STRING, "The full 36-character allocation ID", required=True
+            "alloc_id", "path", _UUID, "The full 36-character allocation ID", required=True
         ),
-        "index": _param("index", "query", _INT, "Block until the index is above this one"),
+        "index": _param(
+            "index", "query", _UINT64, "Block until the index is above this one; 0 answers at once"
+        ),
         "wait": _param(
-            "wait", "query", _STRING, "Go duration to block for; default and maximum 5m"
+            "wait",
+            "query",
+            _go_duration(),
+            "Go duration to block for; default and maximum 5m (0 or negative: the default)",
         ),
-        "stale": _param("stale", "query", _STRING, "Accepted; every replica answers"),
+        "stale": _param("stale", "query", _GO_BOOL, "Accepted; every replica answers"),
         "region": _param("region", "query", _STRING, "Accepted and ignored"),
-        "pretty": _param("pretty", "query", _STRING, "Indent the JSON body"),
+        "pretty": _param("pretty", "query", _STRING, "Indent the JSON body (any value but `0`)"),
         "namespace": _param(
             "namespace", "query", {"type": "string", "default": "default"}, "`*` for all"
         ),
-        "prefix": _param("prefix", "query", _STRING, "Even number of hex digits; sorts by ID"),
-        "filter": _param("filter", "query", _STRING, "go-bexpr filter on the full allocation"),
+        "prefix": _param("prefix", "query", _ID_PREFIX, "Even number of hex digits; sorts by ID"),
+        "filter": _param(
+            "filter",
+            "query",
+            {"type": "string", "format": "go-bexpr"},
+            "go-bexpr filter on the full allocation (the job stub for /v1/jobs); empty: none. "
+            "A syntax error, or a selector that fails on a listed item, is 400",
+        ),
         "per_page": _param(
-            "per_page", "query", {"type": "integer", "format": "int32"}, "Page size"
+            "per_page",
+            "query",
+            _INT32,
+            "Page size; 0 means no limit. As in Nomad, a negative size is taken and gives an "
+            "empty page whose next token names the first match",
         ),
         "next_token": _param("next_token", "query", _STRING, "Token naming the next page"),
-        "reverse": _param("reverse", "query", _BOOL, "Reverse the order"),
-        "resources": _param("resources", "query", _BOOL, "Include AllocatedResources"),
-        "task_states": _param("task_states", "query", _BOOL, "Include TaskStates (default)"),
+        "reverse": _param("reverse", "query", _STRING, "Exactly `true` reverses the order"),
+        "resources": _param("resources", "query", _GO_BOOL, "Include AllocatedResources"),
+        "task_states": _param("task_states", "query", _GO_BOOL, "Include TaskStates (default)"),
         "no_shutdown_delay": _param(
-            "no_shutdown_delay", "query", _BOOL, "Skip the group and task shutdown delay"
+            "no_shutdown_delay", "query", _GO_BOOL, "Skip the group and task shutdown delay"
         ),
-        "task": _param("task", "query", _STRING, "Task name", required=True),
-        "command": _param(
-            "command",
-            "query",
-            _STRING,
-            'JSON array of strings: the command and its arguments, e.g. `["sh","-c","ls"]`',
-            required=True,
+        "reschedule": _param(
+            "reschedule", "query", _GO_BOOL, "Accepted; a stop always reschedules"
         ),
-        "tty": _param("tty", "query", _BOOL, "Allocate a terminal (stderr then joins stdout)"),
+        "task": _param("task", "query", _NAME, "Task name", required=True),
+        "command": {
+            "name": "command",
+            "in": "query",
+            "required": True,
+            "description": 'The command and its arguments, e.g. `["sh","-c","ls"]`',
+            "content": {
+                "application/json": {"schema": {"type": "array", "items": _STRING, "minItems": 1}}
+            },
+        },
+        "tty": _param("tty", "query", _GO_BOOL, "Allocate a terminal (stderr then joins stdout)"),
         "ws_handshake": _param(
             "ws_handshake",
             "query",
-            _BOOL,
+            _GO_BOOL,
             'The first frame is `{"version":1,"auth_token":"..."}` and carries the token',
         ),
+        **{
+            key: _param(name, "header", schema, "WebSocket upgrade (RFC 6455)", required=True)
+            for key, (name, schema) in ws_headers.items()
+        },
         "node_id": _param("node_id", "path", _STRING, "A node ID", required=True),
         "job_id": _param("job_id", "path", _STRING, "A job ID", required=True),
-        "eval_id": _param("eval_id", "path", _STRING, "A full evaluation ID", required=True),
+        "eval_id": _param("eval_id", "path", _UUID, "A full evaluation ID", required=True),
     }
 
 
 def _responses() -> Json:
     text = {"text/plain": {"schema": _STRING}}
-    return {
+    responses: Json = {
         f"Error{code}": {"description": description, "content": text}
         for code, description in (
             ("400", "Bad input; the body is Nomad's error text"),
@@ -422,6 +541,8 @@ def _responses() -> Json:
             ("503", "The replica has not loaded the allocations yet"),
         )
     }
+    responses["Error405"]["headers"] = {"Allow": _ref("headers", "Allow")}
+    return responses
 
 
 def _headers() -> Json:
@@ -430,6 +551,11 @@ def _headers() -> Json:
         "KnownLeader": {"schema": _STRING, "description": "Always `true`"},
         "LastContact": {"schema": _STRING, "description": "Milliseconds; always `0`"},
         "NextToken": {"schema": _STRING, "description": "The next page's token, when there is one"},
+        "Allow": {
+            "schema": _STRING,
+            "required": True,
+            "description": "The methods the path takes, e.g. `POST, PUT` (RFC 9110)",
+        },
     }
 
 
@@ -447,7 +573,8 @@ def _exec() -> Json:
         "get": {
             "summary": "Run a command in a task's container (WebSocket)",
             "description": (
-                "ACL: alloc-exec, plus alloc-node-exec for raw_exec tasks. Not blocking. " + frames
+                "ACL: alloc-exec, plus alloc-node-exec for raw_exec tasks. Not blocking. A GET "
+                "without the upgrade headers is 400; a cross-origin `Origin` is 403. " + frames
             ),
             "parameters": [
                 _ref("parameters", "alloc_id"),
@@ -456,9 +583,18 @@ def _exec() -> Json:
                 _ref("parameters", "tty"),
                 _ref("parameters", "ws_handshake"),
                 _ref("parameters", "namespace"),
+                *(
+                    _ref("parameters", name)
+                    for name in ("connection", "upgrade", "ws_version", "ws_key")
+                ),
             ],
             "responses": {
-                "101": {"description": "Switching to the WebSocket protocol"},
+                "101": {
+                    "description": (
+                        "Switching to the WebSocket protocol. The query parameters are checked "
+                        "after the upgrade: a bad one ends the session with a 1008 close frame"
+                    )
+                },
                 **_errors("400", "403", "405"),
             },
         }
@@ -542,7 +678,7 @@ def _paths() -> Json:
         "/v1/allocation/{alloc_id}/stop": _write(
             "Stop the allocation and reschedule it",
             "ACL: alloc-lifecycle. Creates a linked replacement allocation.",
-            [*alloc_id, _ref("parameters", "no_shutdown_delay")],
+            [*alloc_id, _ref("parameters", "no_shutdown_delay"), _ref("parameters", "reschedule")],
             None,
             {
                 "type": "object",
@@ -555,15 +691,32 @@ def _paths() -> Json:
             "Send a signal to one task or every running task",
             "ACL: alloc-lifecycle.",
             alloc_id,
-            {"type": "object", "properties": {"Signal": _STRING, "Task": _STRING}},
+            {
+                "type": "object",
+                "description": "Keys match case-insensitively, as Go decodes them",
+                "required": ["Signal"],
+                "properties": {
+                    "Signal": _signal(),
+                    "Task": {**_STRING, "description": "Empty: every running task"},
+                },
+            },
             {"type": "object"},
             methods=("post", "put"),
+            body_required=True,
         ),
         "/v1/client/allocation/{alloc_id}/restart": _write(
             "Restart a task, the running tasks, or all tasks in place",
             "ACL: alloc-lifecycle. TaskName and AllTasks=true exclude each other.",
             alloc_id,
-            {"type": "object", "properties": {"TaskName": _STRING, "AllTasks": _BOOL}},
+            {
+                "type": "object",
+                "description": "Keys match case-insensitively, as Go decodes them",
+                "properties": {"TaskName": _STRING, "AllTasks": _BOOL},
+                "not": {
+                    "required": ["TaskName", "AllTasks"],
+                    "properties": {"TaskName": _NAME, "AllTasks": {"enum": [True]}},
+                },
+            },
             {"type": "object"},
             methods=("get", "post", "put"),
         ),
@@ -587,13 +740,16 @@ def _paths() -> Json:
                 alloc_id,
                 {
                     "type": "object",
+                    "description": "Keys match case-insensitively, as Go decodes them",
+                    "required": ["ScheduleState", "Task"],
                     "properties": {
-                        "Task": _STRING,
+                        "Task": _NAME,
                         "ScheduleState": {"type": "string", "enum": ["pause", "run", "scheduled"]},
                     },
                 },
                 {"type": "object", "properties": {"Index": _INT}},
                 methods=("post", "put"),
+                body_required=True,
             ),
         },
         "/v1/allocation/{alloc_id}/checks": checks,
