@@ -28,11 +28,13 @@ from aiohttp import web
 
 from allocbridge.actions.lifecycle import Actions, ActionsSlot
 from allocbridge.api.exec import enable_exec
+from allocbridge.api.logs import enable_logs
 from allocbridge.api.server import create_app as create_api_app
 from allocbridge.auth.base import AllowAll, Authorizer
 from allocbridge.auth.kubernetes import KubernetesAuthorizer
 from allocbridge.cluster.connection import Credentials
 from allocbridge.cluster.podexec import PodExecutor
+from allocbridge.cluster.podlogs import PodLogReader
 from allocbridge.cluster.resources import Kube
 from allocbridge.cluster.upstream import UpstreamMonitor
 from allocbridge.config import ListenerSettings, Settings
@@ -195,6 +197,7 @@ class Replica:
             self.metrics, store=self.store, authorizer=self.authorizer, actions=self.actions
         )
         enable_exec(app, PodExecutor(lambda: self._credentials), self.lifecycle, self.metrics)
+        enable_logs(app, PodLogReader(lambda: self._credentials))
         return await _serve(app, listener, shutdown_timeout=IN_FLIGHT_TIMEOUT)
 
     def _addresses(self) -> dict[str, str]:

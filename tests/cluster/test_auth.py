@@ -78,10 +78,12 @@ TABLE_ALLOCS = {
     "pause": "docker",
 }
 TASK = "main"
+#: Capabilities the table above does not cover (tests/unit/test_log_stream.py checks logs').
+READ_CAPABILITIES = ("read-logs", "read-fs")
 SHIPPED_ROLES = {
-    "allocbridge-reader": {"read-job"},
-    "allocbridge-operator": {"read-job", "alloc-lifecycle", "alloc-exec"},
-    "allocbridge-admin": set(CAPABILITIES),
+    "allocbridge-reader": {"read-job", *READ_CAPABILITIES},
+    "allocbridge-operator": {"read-job", *READ_CAPABILITIES, "alloc-lifecycle", "alloc-exec"},
+    "allocbridge-admin": {*CAPABILITIES, *READ_CAPABILITIES},
 }
 
 
@@ -768,7 +770,11 @@ def test_a_token_that_stops_authenticating_is_denied(world: World) -> None:
 @pytest.mark.parametrize("role", sorted(SHIPPED_ROLES))
 def test_shipped_roles_grant_exactly_their_capabilities(world: World, role: str) -> None:
     subject = f"system:serviceaccount:{world.a}:role-{role.removeprefix('allocbridge-')}"
-    granted = {cap for cap in CAPABILITIES if can_i(world.kubectl, subject, cap, world.a)}
+    granted = {
+        cap
+        for cap in (*CAPABILITIES, *READ_CAPABILITIES)
+        if can_i(world.kubectl, subject, cap, world.a)
+    }
     assert granted == SHIPPED_ROLES[role]
     assert not can_i(world.kubectl, subject, "read-job", world.b)  # a RoleBinding stays put
     assert not can_i(world.kubectl, subject, "get", world.a)  # nothing in Kubernetes itself

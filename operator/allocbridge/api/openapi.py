@@ -398,6 +398,16 @@ def _schemas() -> Json:
             },
         },
         "JobListStub": _job_stub(),
+        "StreamFrame": {
+            "type": "object",
+            "description": "One of the frames written back to back; `{}` is a heartbeat",
+            "properties": {
+                "Offset": {**_INT, "description": "File offset just past Data"},
+                "Data": {"type": "string", "format": "byte"},
+                "File": {**_STRING, "description": "e.g. alloc/logs/web.stdout.0"},
+                "FileEvent": _STRING,
+            },
+        },
         "ServiceRegistration": {
             "type": "object",
             "properties": {
@@ -523,6 +533,27 @@ def _parameters() -> Json:
         },
         "node_id": _param("node_id", "path", _STRING, "A node ID", required=True),
         "job_id": _param("job_id", "path", _STRING, "A job ID", required=True),
+        "log_type": _param(
+            "type",
+            "query",
+            {"type": "string", "enum": ["stdout", "stderr"]},
+            "Which log",
+            required=True,
+        ),
+        "follow": _param("follow", "query", _GO_BOOL, "Keep streaming what the task writes"),
+        "plain": _param("plain", "query", _GO_BOOL, "Raw bytes as text/plain, no frames"),
+        "offset": _param(
+            "offset",
+            "query",
+            {"type": "integer", "minimum": -(2**63), "maximum": 2**63 - 1},
+            "Bytes to skip, or from the end to show",
+        ),
+        "origin": _param(
+            "origin",
+            "query",
+            {"type": "string", "enum": ["", "start", "end"], "default": "start"},
+            "Where `offset` counts from",
+        ),
         "eval_id": _param("eval_id", "path", _UUID, "A full evaluation ID", required=True),
     }
 
@@ -791,6 +822,37 @@ def _paths() -> Json:
                         meta=True,
                     ),
                     **_errors("400", "403", "405", "503"),
+                },
+            }
+        },
+        "/v1/client/fs/logs/{alloc_id}": {
+            "get": {
+                "summary": "Stream a task's log (its container's Kubernetes log)",
+                "description": (
+                    "ACL: read-logs or read-fs. Not blocking. The body is Nomad's frame stream: "
+                    "JSON StreamFrame objects back to back (`Offset`, `Data` base64, `File`, "
+                    "`FileEvent`, empty ones left out), `{}` heartbeats each second while a "
+                    "followed log is idle; with `plain=true` the raw bytes. Without split "
+                    "streams on the API server, `type=stdout` is the whole log and "
+                    "`type=stderr` empty (docs/nomad-cli.md)."
+                ),
+                "parameters": [
+                    _ref("parameters", "alloc_id"),
+                    *(
+                        _ref("parameters", name)
+                        for name in ("task", "log_type", "follow", "plain", "offset", "origin")
+                    ),
+                    _ref("parameters", "namespace"),
+                ],
+                "responses": {
+                    "200": {
+                        "description": "Frames (application/json) or the log (text/plain)",
+                        "content": {
+                            "application/json": {"schema": _ref("schemas", "StreamFrame")},
+                            "text/plain": {"schema": _STRING},
+                        },
+                    },
+                    **_errors("400", "403", "404", "405", "500", "503"),
                 },
             }
         },

@@ -12,7 +12,8 @@ Layout (one module per job, Nomad's one-handler-per-resource style):
 Write endpoints slot in as modules of their own, each exporting `ENDPOINTS`, appended to
 `_ENDPOINT_MODULES` below (before the fall-throughs): `stop` (`/v1/allocation/:id/stop`),
 `signal`, `restart`, `pause` and `exec` (`/v1/client/allocation/:id/...`). `evaluation` answers
-what the CLI follows after a stop; `jobs` is the read-only jobs view the CLI's `-job` forms use.
+what the CLI follows after a stop; `jobs` is the read-only jobs view the CLI's `-job` forms use;
+`logs` streams a task's log (`/v1/client/fs/logs/:id`).
 """
 
 from __future__ import annotations
@@ -30,6 +31,7 @@ from allocbridge.api import (
     evaluation,
     exec,
     jobs,
+    logs,
     nodes,
     openapi,
     pause,
@@ -61,6 +63,7 @@ _ENDPOINT_MODULES: Final[Sequence[Sequence[Endpoint]]] = (
     nodes.ENDPOINTS,
     evaluation.ENDPOINTS,
     jobs.ENDPOINTS,
+    logs.ENDPOINTS,
     openapi.ENDPOINTS,
 )
 

@@ -25,13 +25,23 @@ from dataclasses import dataclass
 from functools import cached_property
 from typing import Final, Literal, Protocol
 
-Capability = Literal["read-job", "alloc-lifecycle", "alloc-exec", "alloc-node-exec", "job-submit"]
+Capability = Literal[
+    "read-job",
+    "alloc-lifecycle",
+    "alloc-exec",
+    "alloc-node-exec",
+    "job-submit",
+    "read-logs",
+    "read-fs",
+]
 
 READ_JOB: Final = "read-job"
 ALLOC_LIFECYCLE: Final = "alloc-lifecycle"
 ALLOC_EXEC: Final = "alloc-exec"
 ALLOC_NODE_EXEC: Final = "alloc-node-exec"
 JOB_SUBMIT: Final = "job-submit"
+READ_LOGS: Final = "read-logs"
+READ_FS: Final = "read-fs"
 
 #: Nomad's wildcard namespace: "any namespace" in `check`, "every namespace" in a list.
 ALL_NAMESPACES: Final = "*"

@@ -2,8 +2,9 @@
 
 A TokenReview says who holds the token; a SubjectAccessReview decides each capability, asked
 as the verb of the same name (`read-job`, `alloc-lifecycle`, `alloc-exec`, `alloc-node-exec`,
-`job-submit`) on `allocations.allocbridge.io` in the namespace (design.md section 4). Both calls
-use the operator's own credentials; the caller's token is only ever the subject of a review.
+`job-submit`, `read-logs`, `read-fs`) on `allocations.allocbridge.io` in the namespace
+(design.md section 4). Both calls use the operator's own credentials; the caller's token is only
+ever the subject of a review.
 
 Rules:
 

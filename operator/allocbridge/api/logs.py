@@ -1,0 +1,409 @@
+"""`GET /v1/client/fs/logs/:alloc_id`: a task's log, from its container's Kubernetes log.
+
+What `nomad alloc logs` reads. The query is checked in Nomad's order with Nomad's texts (all
+400): `task`, `follow`, `plain`, `type`, `offset`, `origin`. Then the allocation (404
+`Unknown allocation "<id>"`), the capability (`read-logs` or `read-fs` on its namespace), the
+task (400 `unknown task name "x"`) and whether it has started (404 `task "x" not started yet.
+No logs available`, also when Kubernetes says the container is waiting to start).
+
+The body is Nomad's frame stream (`model.streamframes`): data batched for up to 200 ms into
+frames of at most 64 KiB, a `{}` heartbeat each second while a followed log is idle; with
+`plain=true` the raw bytes as text/plain. Without `follow` the body ends at the log's end.
+`origin=end` counts `offset` back from the log's current end, which takes a first read of the
+log to learn its size (Kubernetes serves byte ranges only from the start).
+
+stdout and stderr: where the API server serves split streams (`cluster.podlogs`), each type is
+its own stream. Where it does not, `type=stdout` is the container's whole log (both streams
+interleaved, as `kubectl logs` shows it) and `type=stderr` is empty, so `alloc logs -f`, which
+reads both, shows each line once. Offsets count bytes of what is served, not of Nomad's files.
+
+A client that goes away ends the Kubernetes log stream: the next write fails (a heartbeat at
+the latest, within a second) and the stream is closed. Shutdown ends every followed log.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections.abc import AsyncIterator, Awaitable, Callable
+from dataclasses import dataclass, field
+from typing import Any, Final
+
+from aiohttp import web
+from multidict import MultiMapping
+
+from allocbridge.api.context import caller, context, synced_store
+from allocbridge.api.errors import ApiError
+from allocbridge.api.ids import parse_alloc_id
+from allocbridge.api.query import go_parse_bool, parse_query
+from allocbridge.api.routing import ALLOC_ID, Endpoint
+from allocbridge.auth import (
+    READ_FS,
+    READ_LOGS,
+    Authorizer,
+    Caller,
+    Capability,
+    PermissionDeniedError,
+)
+from allocbridge.cluster.podlogs import LogError, PodLogReader, Stream
+from allocbridge.model.goformat import go_quote
+from allocbridge.model.streamframes import (
+    BATCH_WINDOW,
+    HEARTBEAT,
+    HEARTBEAT_INTERVAL,
+    MAX_FRAME,
+    LogType,
+    LogWindow,
+    Origin,
+    Tail,
+    encode_frames,
+    log_file,
+    start_at,
+)
+from allocbridge.store import StoredAllocation
+
+log = logging.getLogger(__name__)
+
+TASK_REQUIRED: Final = "must provide task name"
+TYPE_REQUIRED: Final = "must provide log type (stdout/stderr)"
+BAD_ORIGIN: Final = "origin must be start or end"
+_INT64: Final = (-(2**63), 2**63 - 1)
+#: Chunks read ahead of the client; the Kubernetes stream waits when the client is slow.
+READ_AHEAD: Final = 16
+
+
+@dataclass(frozen=True)
+class LogQuery:
+    task: str
+    log_type: LogType
+    follow: bool = False
+    plain: bool = False
+    offset: int = 0
+    origin: Origin = "start"
+
+
+def _bool(query: MultiMapping[str], name: str) -> bool:
+    value = query.get(name, "")
+    if not value:
+        return False
+    try:
+        return go_parse_bool(value)
+    except ValueError:
+        raise ApiError(
+            400,
+            f"failed to parse {name} field to boolean: "
+            f"strconv.ParseBool: parsing {go_quote(value)}: invalid syntax",
+        ) from None
+
+
+def go_parse_int64(text: str) -> int:
+    """Go's `strconv.ParseInt(text, 10, 64)`; raises ValueError with Go's message."""
+    digits = text[1:] if text[:1] in ("+", "-") else text
+    if not digits or not digits.isascii() or not digits.isdigit():
+        raise ValueError(f"strconv.ParseInt: parsing {go_quote(text)}: invalid syntax")
+    value = int(text)
+    if not _INT64[0] <= value <= _INT64[1]:
+        raise ValueError(f"strconv.ParseInt: parsing {go_quote(text)}: value out of range")
+    return value
+
+
+def parse_log_query(query: MultiMapping[str]) -> LogQuery:
+    """The logs options in Nomad's order of checks; the first bad one is a 400."""
+    task = query.get("task", "")
+    if not task:
+        raise ApiError(400, TASK_REQUIRED)
+    follow = _bool(query, "follow")
+    plain = _bool(query, "plain")
+    log_type = query.get("type", "")
+    if log_type not in ("stdout", "stderr"):
+        raise ApiError(400, TYPE_REQUIRED)
+    offset = 0
+    if raw := query.get("offset", ""):
+        try:
+            offset = go_parse_int64(raw)
+        except ValueError as exc:
+            raise ApiError(400, f"error parsing offset: {exc}") from None
+    origin = query.get("origin", "") or "start"
+    if origin not in ("start", "end"):
+        raise ApiError(400, BAD_ORIGIN)
+    return LogQuery(
+        task=task,
+        log_type="stdout" if log_type == "stdout" else "stderr",
+        follow=follow,
+        plain=plain,
+        offset=offset,
+        origin="end" if origin == "end" else "start",
+    )
+
+
+async def check_any(
+    authorizer: Authorizer, who: Caller, namespace: str, capabilities: tuple[Capability, ...]
+) -> None:
+    """Passes if any of `capabilities` is granted in `namespace`; else the last denial."""
+    denied = PermissionDeniedError()
+    for capability in capabilities:
+        try:
+            await authorizer.check(who, capability, namespace)
+            return
+        except PermissionDeniedError as exc:
+            denied = exc
+    raise denied
+
+
+def task_names(alloc: StoredAllocation) -> list[str]:
+    """The allocation's tasks: its group's in the Job copy, else those with a state."""
+    wire = alloc.wire
+    for group in (wire.get("Job") or {}).get("TaskGroups") or []:
+        if group.get("Name") == wire.get("TaskGroup"):
+            return [str(t.get("Name")) for t in group.get("Tasks") or []]
+    return list(wire.get("TaskStates") or {})
+
+
+def task_started(alloc: StoredAllocation, task: str) -> bool:
+    """Nomad serves logs once a task has started: running now, or with a start time."""
+    state = (alloc.wire.get("TaskStates") or {}).get(task) or {}
+    return state.get("State") == "running" or bool(state.get("StartedAt"))
+
+
+def not_started(task: str) -> ApiError:
+    return ApiError(404, f"task {go_quote(task)} not started yet. No logs available")
+
+
+# --- Wiring ------------------------------------------------------------------------------------
+
+
+@dataclass
+class LogServices:
+    """What logs need beyond the API context; `enable_logs` puts it on the application."""
+
+    reader: PodLogReader
+    stopping: asyncio.Event = field(default_factory=asyncio.Event)
+
+
+LOGS: Final = web.AppKey("allocbridge_logs", LogServices)
+
+
+def enable_logs(app: web.Application, reader: PodLogReader) -> None:
+    """Give the API application a log reader; without one, logs answer 503."""
+    app[LOGS] = LogServices(reader)
+    app.on_shutdown.append(_stop_followers)
+    app.on_cleanup.append(_close_reader)
+
+
+async def _stop_followers(app: web.Application) -> None:
+    app[LOGS].stopping.set()
+
+
+async def _close_reader(app: web.Application) -> None:
+    await app[LOGS].reader.close()
+
+
+# --- The endpoint ------------------------------------------------------------------------------
+
+
+async def allocation_logs(request: web.Request) -> web.StreamResponse:
+    options = parse_log_query(request.query)
+    raw_id = request.match_info["alloc_id"]
+    alloc_id = parse_alloc_id(raw_id)
+    ctx = context(request)
+    store = await synced_store(ctx)
+    alloc = store.get(alloc_id) if alloc_id else None
+    namespace = parse_query(request.query).namespace if alloc is None else alloc.namespace
+    await check_any(ctx.authorizer, caller(request), namespace, (READ_LOGS, READ_FS))
+    if alloc is None:
+        raise ApiError(404, f"Unknown allocation {go_quote(raw_id)}")
+    if options.task not in task_names(alloc):
+        raise ApiError(400, f"unknown task name {go_quote(options.task)}")
+    if not task_started(alloc, options.task):
+        raise not_started(options.task)
+    services = request.app.get(LOGS)
+    if services is None:
+        raise ApiError(503, "logs are not available: no Kubernetes log reader")
+    source = _LogSource(services.reader, alloc, options)
+    return await _serve(request, source, options, services.stopping)
+
+
+class _LogSource:
+    """The task's log as Nomad's options select it, read from Kubernetes."""
+
+    def __init__(self, reader: PodLogReader, alloc: StoredAllocation, options: LogQuery) -> None:
+        self.reader = reader
+        self.where = (alloc.namespace, alloc.object_name, options.task)
+        self.options = options
+        self.stream: Stream = "Stdout" if options.log_type == "stdout" else "Stderr"
+
+    @contextlib.asynccontextmanager
+    async def _open(self, *, follow: bool) -> AsyncIterator[AsyncIterator[bytes] | None]:
+        """The log's chunks, or None for a type the unsplit log does not hold (stderr)."""
+        namespace, pod, container = self.where
+        try:
+            async with self.reader.open(
+                namespace, pod, container, follow=follow, stream=self.stream
+            ) as opened:
+                if not opened.split and self.options.log_type == "stderr":
+                    yield None
+                else:
+                    yield opened.chunks()
+        except LogError as exc:
+            raise _log_error(container, exc) from exc
+
+    async def size(self) -> int:
+        """The log's current size: a read to its end (for `origin=end` with `follow`)."""
+        total = 0
+        async with self._open(follow=False) as chunks:
+            if chunks is not None:
+                async for chunk in chunks:
+                    total += len(chunk)
+        return total
+
+
+def _log_error(task: str, exc: LogError) -> ApiError:
+    if exc.waiting:
+        return not_started(task)
+    if exc.status == 404:
+        return ApiError(404, f"no logs available for task {go_quote(task)}: {exc.message}")
+    if exc.status is None:
+        return ApiError(503, exc.message)
+    return ApiError(500, f"cannot read the logs of task {go_quote(task)}: {exc.message}")
+
+
+async def _serve(
+    request: web.Request, source: _LogSource, options: LogQuery, stopping: asyncio.Event
+) -> web.StreamResponse:
+    """Open the log (errors are still plain responses), then stream it."""
+    file = log_file(options.task, options.log_type)
+    start = None if options.origin == "end" else start_at("start", options.offset)
+    if start is None and options.follow:
+        start = start_at("end", options.offset, await source.size())
+    async with source._open(follow=options.follow) as chunks:
+        response = web.StreamResponse()
+        response.content_type = "text/plain" if options.plain else "application/json"
+        await response.prepare(request)
+        if start is None:  # origin=end without follow: the tail of one read to the end
+            tail = Tail(max(0, options.offset))
+            if chunks is not None:
+                async for chunk in chunks:
+                    tail.feed(chunk)
+            if tail.data:
+                await response.write(
+                    tail.data
+                    if options.plain
+                    else encode_frames(tail.data, end_offset=tail.size, file=file)
+                )
+        else:
+            encode = _Encoder(file, start, plain=options.plain)
+            with contextlib.suppress(ConnectionError):
+                await pump(
+                    _windowed(chunks, LogWindow(start)),
+                    response.write,
+                    encode,
+                    heartbeat=options.follow and not options.plain,
+                    stopping=stopping,
+                    follow=options.follow,
+                )
+        with contextlib.suppress(ConnectionError):
+            await response.write_eof()
+    return response
+
+
+class _Encoder:
+    """Frames (or, plain, the bytes) of data that follows on from the last; `end` is the file
+    offset just past what was encoded so far."""
+
+    def __init__(self, file: str, start: int, *, plain: bool) -> None:
+        self.file = file
+        self.end = start
+        self.plain = plain
+
+    def __call__(self, data: bytes) -> bytes:
+        self.end += len(data)
+        return data if self.plain else encode_frames(data, end_offset=self.end, file=self.file)
+
+
+async def _windowed(chunks: AsyncIterator[bytes] | None, window: LogWindow) -> AsyncIterator[bytes]:
+    if chunks is None:
+        return
+    async for chunk in chunks:
+        if part := window.feed(chunk):
+            yield part
+
+
+async def pump(
+    chunks: AsyncIterator[bytes],
+    write: Callable[[bytes], Awaitable[None]],
+    encode: Callable[[bytes], bytes],
+    *,
+    heartbeat: bool,
+    stopping: asyncio.Event,
+    follow: bool,
+    batch: float = BATCH_WINDOW,
+    idle: float = HEARTBEAT_INTERVAL,
+) -> None:
+    """Copy `chunks` to `write`, batched: what arrived goes out `batch` seconds after the first
+    of it, or at once when `MAX_FRAME` bytes wait; `{}` after `idle` seconds with nothing sent
+    (if `heartbeat`). Ends at the end of `chunks`, or when `stopping` is set (if `follow`)."""
+    queue: asyncio.Queue[bytes | None] = asyncio.Queue(READ_AHEAD)
+
+    async def produce() -> None:
+        try:
+            async for chunk in chunks:
+                await queue.put(chunk)
+        finally:
+            await queue.put(None)
+
+    loop = asyncio.get_running_loop()
+    producer = asyncio.create_task(produce())
+    stop = asyncio.create_task(stopping.wait()) if follow else None
+    buffer = bytearray()
+    flush_at: float | None = None
+    last_sent = loop.time()
+    try:
+        while True:
+            now = loop.time()
+            deadline = flush_at if flush_at is not None else last_sent + idle
+            getter = asyncio.create_task(queue.get())
+            waiting: set[asyncio.Future[Any]] = {getter}
+            if stop is not None:
+                waiting.add(stop)
+            done, _ = await asyncio.wait(
+                waiting, timeout=max(0.0, deadline - now), return_when=asyncio.FIRST_COMPLETED
+            )
+            if stop is not None and stop in done:
+                getter.cancel()
+                break
+            if getter not in done:
+                getter.cancel()
+                if buffer:
+                    await write(encode(bytes(buffer)))
+                    buffer.clear()
+                    flush_at = None
+                    last_sent = loop.time()
+                elif heartbeat:
+                    await write(HEARTBEAT)
+                    last_sent = loop.time()
+                else:
+                    last_sent = loop.time()
+                continue
+            chunk = getter.result()
+            if chunk is None:
+                break
+            buffer += chunk
+            if flush_at is None:
+                flush_at = loop.time() + batch
+            if len(buffer) >= MAX_FRAME:
+                await write(encode(bytes(buffer)))
+                buffer.clear()
+                flush_at = None
+                last_sent = loop.time()
+        if buffer:
+            await write(encode(bytes(buffer)))
+    finally:
+        producer.cancel()
+        if stop is not None:
+            stop.cancel()
+        with contextlib.suppress(asyncio.CancelledError, Exception):
+            await producer
+
+
+ENDPOINTS = [Endpoint(f"/v1/client/fs/logs/{ALLOC_ID}", {"GET": allocation_logs})]
