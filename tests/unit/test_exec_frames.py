@@ -162,6 +162,8 @@ def test_command_is_a_json_array_of_strings() -> None:
         ('"echo"', "cannot unmarshal string into Go value of type \\[\\]string"),
         ('["echo", 1]', "cannot unmarshal number into Go value of type \\[\\]string"),
         ('{"a":1}', "cannot unmarshal object into Go value of type \\[\\]string"),
+        ("[[]]", "cannot unmarshal array into Go value of type \\[\\]string"),
+        ("[null]", "cannot unmarshal null into Go value of type \\[\\]string"),
         ("[]", "^command is not present$"),
         ("null", "^command is not present$"),
     ],

@@ -256,9 +256,17 @@ def parse_command(raw: str | None) -> list[str]:
 
 
 def _json_kind(value: Any) -> str:
+    """The JSON kind Go's decoder names: the first non-string element's for an array (an
+    element that is itself an array is `array`; recursing into it found nothing in `[[]]`)."""
     if isinstance(value, list):
-        return next(_json_kind(v) for v in value if not isinstance(v, str))
-    return {bool: "bool", str: "string", dict: "object"}.get(type(value), "number")
+        return next((_kind(v) for v in value if not isinstance(v, str)), "array")
+    return _kind(value)
+
+
+def _kind(value: Any) -> str:
+    if value is None:
+        return "null"
+    return {bool: "bool", str: "string", dict: "object", list: "array"}.get(type(value), "number")
 
 
 def parse_flag(query: Mapping[str, str], name: str) -> bool:
