@@ -30,9 +30,11 @@ from allocbridge.actions.lifecycle import Actions, ActionsSlot
 from allocbridge.api.exec import enable_exec
 from allocbridge.api.logs import enable_logs
 from allocbridge.api.server import create_app as create_api_app
+from allocbridge.api.stats import enable_stats
 from allocbridge.auth.base import AllowAll, Authorizer
 from allocbridge.auth.kubernetes import KubernetesAuthorizer
 from allocbridge.cluster.connection import Credentials
+from allocbridge.cluster.nodestats import NodeStatsReader
 from allocbridge.cluster.podexec import PodExecutor
 from allocbridge.cluster.podlogs import PodLogReader
 from allocbridge.cluster.resources import Kube
@@ -198,6 +200,11 @@ class Replica:
         )
         enable_exec(app, PodExecutor(lambda: self._credentials), self.lifecycle, self.metrics)
         enable_logs(app, PodLogReader(lambda: self._credentials))
+        enable_stats(
+            app,
+            NodeStatsReader(lambda: self._credentials),
+            mhz_per_cpu=self.settings.kubernetes.mhz_per_cpu,
+        )
         return await _serve(app, listener, shutdown_timeout=IN_FLIGHT_TIMEOUT)
 
     def _addresses(self) -> dict[str, str]:

@@ -349,6 +349,54 @@ def _job_stub() -> Json:
     }
 
 
+def _alloc_usage() -> Json:
+    """Nomad's AllocResourceUsage; `Measured` names the fields that hold measurements."""
+    measured = {"type": "array", "items": _STRING, "nullable": True}
+    number = {"type": "number"}
+    usage = {
+        "type": "object",
+        "properties": {
+            "MemoryStats": {
+                "type": "object",
+                "properties": {
+                    **{name: _INT for name in ("RSS", "Cache", "Swap", "Usage", "MaxUsage")},
+                    "KernelUsage": _INT,
+                    "KernelMaxUsage": _INT,
+                    "Measured": measured,
+                },
+            },
+            "CpuStats": {
+                "type": "object",
+                "properties": {
+                    **{n: number for n in ("SystemMode", "UserMode", "TotalTicks", "Percent")},
+                    "ThrottledPeriods": _INT,
+                    "ThrottledTime": _INT,
+                    "Measured": measured,
+                },
+            },
+            "DeviceStats": {"type": "array", "items": _ANY_OBJECT, "nullable": True},
+        },
+    }
+    return {
+        "type": "object",
+        "properties": {
+            "ResourceUsage": usage,
+            "Tasks": {
+                "type": "object",
+                "additionalProperties": {
+                    "type": "object",
+                    "properties": {
+                        "ResourceUsage": usage,
+                        "Timestamp": _NS_TIME,
+                        "Pids": {"type": "object", "nullable": True},
+                    },
+                },
+            },
+            "Timestamp": _NS_TIME,
+        },
+    }
+
+
 def _schemas() -> Json:
     return {
         "AllocationListStub": _stub(),
@@ -398,6 +446,7 @@ def _schemas() -> Json:
             },
         },
         "JobListStub": _job_stub(),
+        "AllocResourceUsage": _alloc_usage(),
         "StreamFrame": {
             "type": "object",
             "description": "One of the frames written back to back; `{}` is a heartbeat",
@@ -533,6 +582,7 @@ def _parameters() -> Json:
         },
         "node_id": _param("node_id", "path", _STRING, "A node ID", required=True),
         "job_id": _param("job_id", "path", _STRING, "A job ID", required=True),
+        "only_task": _param("task", "query", _STRING, "Only this task (all when empty)"),
         "log_type": _param(
             "type",
             "query",
@@ -822,6 +872,31 @@ def _paths() -> Json:
                         meta=True,
                     ),
                     **_errors("400", "403", "405", "503"),
+                },
+            }
+        },
+        "/v1/client/allocation/{alloc_id}/stats": {
+            "get": {
+                "summary": "Read the tasks' CPU and memory usage (the kubelet's summary stats)",
+                "description": (
+                    "ACL: namespace read-job. Not blocking. 501 when the node serves no stats "
+                    "(kwok), 503 when the allocation is not on a node or its node cannot be read."
+                ),
+                "parameters": [
+                    _ref("parameters", "alloc_id"),
+                    _ref("parameters", "only_task"),
+                    _ref("parameters", "namespace"),
+                    _ref("parameters", "pretty"),
+                ],
+                "responses": {
+                    "200": _ok(
+                        "AllocResourceUsage", _ref("schemas", "AllocResourceUsage"), meta=False
+                    ),
+                    **_errors("400", "403", "404", "405", "500", "503"),
+                    "501": {
+                        "description": "The node serves no resource stats",
+                        "content": {"text/plain": {"schema": _STRING}},
+                    },
                 },
             }
         },

@@ -13,7 +13,7 @@ Write endpoints slot in as modules of their own, each exporting `ENDPOINTS`, app
 `_ENDPOINT_MODULES` below (before the fall-throughs): `stop` (`/v1/allocation/:id/stop`),
 `signal`, `restart`, `pause` and `exec` (`/v1/client/allocation/:id/...`). `evaluation` answers
 what the CLI follows after a stop; `jobs` is the read-only jobs view the CLI's `-job` forms use;
-`logs` streams a task's log (`/v1/client/fs/logs/:id`).
+`logs` streams a task's log (`/v1/client/fs/logs/:id`) and `stats` reads the tasks' usage.
 """
 
 from __future__ import annotations
@@ -38,6 +38,7 @@ from allocbridge.api import (
     restart,
     services,
     signal,
+    stats,
     stop,
 )
 from allocbridge.api.context import CONTEXT, ApiContext
@@ -64,6 +65,7 @@ _ENDPOINT_MODULES: Final[Sequence[Sequence[Endpoint]]] = (
     evaluation.ENDPOINTS,
     jobs.ENDPOINTS,
     logs.ENDPOINTS,
+    stats.ENDPOINTS,
     openapi.ENDPOINTS,
 )
 

@@ -1,0 +1,103 @@
+"""`GET /v1/client/allocation/:alloc_id/stats`: the tasks' CPU and memory, from the kubelet.
+
+What `nomad alloc status` shows under each task (it prints `Couldn't retrieve stats: ...` and
+goes on when this fails). Like Nomad's other client endpoints: no blocking, no `X-Nomad-*`
+headers, 404 `Unknown allocation "<id>"`, `read-job` on the allocation's namespace; `task`
+narrows the answer to one task (400 `unknown task name "x"` for a task it does not have).
+
+The numbers are the node's summary stats (`cluster.nodestats`) mapped by `model.usage`. Where
+there are none, the answer says why with a 5xx, never a 404 that would read as an unknown
+allocation: 501 when the node serves no summary (kwok's fake nodes: the API server does not
+even proxy to their loopback address), 503 when the allocation is not on a node yet or its node
+cannot be reached, 500 for anything else Kubernetes refuses.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Final
+
+from aiohttp import web
+
+from allocbridge.api.context import caller, context, synced_store
+from allocbridge.api.errors import ApiError
+from allocbridge.api.ids import parse_alloc_id
+from allocbridge.api.logs import task_names
+from allocbridge.api.query import parse_query
+from allocbridge.api.render import json_response, render
+from allocbridge.api.routing import ALLOC_ID, Endpoint
+from allocbridge.auth import READ_JOB
+from allocbridge.cluster.nodestats import NodeStatsReader, StatsError
+from allocbridge.model.goformat import go_quote
+from allocbridge.model.usage import alloc_usage, find_pod
+
+#: The API server's answer (a 500) when a node's address is not one it proxies to: loopback
+#: and link-local addresses, where the local cluster's kwok nodes are.
+PROXY_REFUSED: Final = "address not allowed"
+
+
+@dataclass(frozen=True)
+class StatsServices:
+    reader: NodeStatsReader
+    mhz_per_cpu: int
+
+
+STATS: Final = web.AppKey("allocbridge_stats", StatsServices)
+
+
+def enable_stats(app: web.Application, reader: NodeStatsReader, *, mhz_per_cpu: int) -> None:
+    """Give the API application a stats reader; without one, stats answer 503."""
+    app[STATS] = StatsServices(reader, mhz_per_cpu)
+
+    async def close(app: web.Application) -> None:
+        await app[STATS].reader.close()
+
+    app.on_cleanup.append(close)
+
+
+async def allocation_stats(request: web.Request) -> web.StreamResponse:
+    query = parse_query(request.query)
+    raw_id = request.match_info["alloc_id"]
+    alloc_id = parse_alloc_id(raw_id)
+    ctx = context(request)
+    store = await synced_store(ctx)
+    alloc = store.get(alloc_id) if alloc_id else None
+    namespace = query.namespace if alloc is None else alloc.namespace
+    await ctx.authorizer.check(caller(request), READ_JOB, namespace)
+    if alloc is None:
+        raise ApiError(404, f"Unknown allocation {go_quote(raw_id)}")
+    task = request.query.get("task", "")
+    tasks = task_names(alloc)
+    if task and task not in tasks:
+        raise ApiError(400, f"unknown task name {go_quote(task)}")
+    node = str(alloc.wire.get("NodeName") or "")
+    if not node:
+        raise ApiError(503, "the allocation is not on a node yet: no stats")
+    services = request.app.get(STATS)
+    if services is None:
+        raise ApiError(503, "stats are not available: no Kubernetes stats reader")
+    try:
+        summary = await services.reader.summary(node)
+    except StatsError as exc:
+        raise _stats_error(node, exc) from exc
+    pod = find_pod(summary, alloc.namespace, alloc.object_name)
+    if pod is None:
+        raise ApiError(503, f"node {node} reports no stats for the allocation's pod yet")
+    usage = alloc_usage(pod, tasks, mhz_per_cpu=services.mhz_per_cpu, task=task)
+    return json_response(render(usage, pretty=query.pretty))
+
+
+def _stats_error(node: str, exc: StatsError) -> ApiError:
+    if exc.status == 404:
+        return ApiError(501, f"node {node} serves no resource stats (/stats/summary): {exc}")
+    if PROXY_REFUSED in exc.message:  # a node on a loopback address (the local cluster's kwok)
+        return ApiError(
+            501,
+            f"node {node} serves no resource stats: the API server's node proxy refuses it ({exc})",
+        )
+    if exc.status is None or exc.status in (502, 503, 504):
+        return ApiError(503, f"cannot read the stats of node {node}: {exc}")
+    return ApiError(500, f"cannot read the stats of node {node}: {exc}")
+
+
+ENDPOINTS = [Endpoint(f"/v1/client/allocation/{ALLOC_ID}/stats", {"GET": allocation_stats})]
