@@ -24,7 +24,7 @@ def test_names_and_numbers(name: str, expected: str) -> None:
     assert canonical(name) == expected
 
 
-@pytest.mark.parametrize("name", ["²", "١٠", "ſigusr1", "SIGſTOP", "sig", "99", ""])
+@pytest.mark.parametrize("name", ["²", "١٠", "ſigusr1", "SIGſTOP", "sig", "99", ""])  # noqa: RUF001
 def test_non_ascii_look_alikes_are_unknown_signals_not_crashes(name: str) -> None:
     """`²`.isdigit() is true but int('²') fails: this was a ValueError, so a 500."""
     with pytest.raises(UnknownSignalError):

@@ -495,7 +495,7 @@ def _schemas() -> Json:
 
 
 def _parameters() -> Json:
-    ws_headers = {
+    ws_headers: dict[str, tuple[str, Json]] = {
         "connection": (
             "Connection",
             {
