@@ -287,6 +287,36 @@ def test_unknown_allocation(world: World) -> None:
     step("TestUnknownAllocation", world.env(world.act))
 
 
+def test_logs_jobs_and_stats(world: World, tmp_path: Path) -> None:
+    """`alloc logs` (and its `-job` form) and `alloc status`'s stats call; kwok serves the
+    log of web-c's `main` from a file in the CRI log format (its `Logs` object)."""
+    lines = ["first line", "second line"]
+    log = tmp_path / "main.log"
+    log.write_text("".join(f"2026-11-25T12:00:00.000000000Z stdout F {line}\n" for line in lines))
+    world.kubectl.apply(
+        {
+            "apiVersion": "kwok.x-k8s.io/v1alpha1",
+            "kind": "Logs",
+            "metadata": {"name": "web-c", "namespace": world.read},
+            "spec": {"logs": [{"containers": ["main"], "logsFile": str(log)}]},
+        }
+    )
+    want = "".join(f"{line}\n" for line in lines)
+    alloc_id = world.ids["web-c"]
+    url = f"{world.operator.api}/v1/client/fs/logs/{alloc_id}?task=main&type=stdout&plain=true"
+    eventually(lambda: http(url)[1] == want.encode(), what="kwok to serve the log")
+    step(
+        "TestLogsJobsAndStats",
+        world.env(
+            world.read,
+            GOCLIENT_ALLOC=alloc_id,
+            GOCLIENT_JOB="web-c",
+            GOCLIENT_LOG=want,
+            GOCLIENT_STATS_ERROR="Unexpected response code: 501",
+        ),
+    )
+
+
 # -- ACL: an operator of this module's own with ACLs enabled ------------------------------------
 
 
