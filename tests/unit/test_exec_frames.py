@@ -193,8 +193,22 @@ def test_close_reasons_fit_a_close_frame_on_character_boundaries() -> None:
     assert close_reason("short") == "short"
     long = "é" * 100  # 200 bytes
     cut = close_reason(long)
-    assert len(cut.encode()) <= MAX_REASON and cut.endswith("...")
-    assert cut.removesuffix("...") == "é" * len(cut.removesuffix("..."))
+    head, tail = cut.split("...")
+    assert len(cut.encode()) <= MAX_REASON
+    assert head == "é" * len(head) and tail == "é" * len(tail) and head and tail
+
+
+def test_a_long_reason_keeps_its_start_and_its_cause_at_the_end() -> None:
+    """A runtime's error chain: the cause is its last part."""
+    text = (
+        'failed to exec in container: failed to start exec "' + "a" * 64 + '": OCI runtime '
+        "exec failed: exec failed: unable to start container process: exec: "
+        '"nope": executable file not found in $PATH: unknown'
+    )
+    cut = close_reason(text)
+    assert len(cut.encode()) <= MAX_REASON
+    assert cut.startswith("failed to exec in container")
+    assert cut.endswith('exec: "nope": executable file not found in $PATH: unknown')
 
 
 # -- Kubernetes channels ---------------------------------------------------------------------

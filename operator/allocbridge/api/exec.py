@@ -17,7 +17,7 @@ then `alloc-node-exec` too when the task's driver is `raw_exec`.
 
 Each session runs two pumps (client to pod, pod to client) and a heartbeat; whichever side ends
 first ends the other. A client that goes away ends the Kubernetes stream, which ends a process
-that reads stdin or writes output (see `cluster.podexec` for what Kubernetes cannot end). Writes
+that reads stdin (see `cluster.podexec` for what Kubernetes cannot end). Writes
 to the client go through one lock. Open sessions are counted in `Lifecycle.active_sessions` and
 the `allocbridge_exec_sessions` gauge; on shutdown they are closed with 1001.
 
@@ -82,6 +82,7 @@ HANDSHAKE_TIMEOUT: Final = 30.0
 MAX_CLIENT_FRAME: Final = 4 * 1024 * 1024
 #: A close frame's payload is at most 125 bytes, 2 of them the code.
 MAX_REASON: Final = 123
+_REASON_HEAD: Final = 30  # bytes of a long reason's start kept before its end
 #: Seconds open sessions get to close when the server shuts down.
 SHUTDOWN_WAIT: Final = 5.0
 #: Seconds a close waits for the client's answering close frame. The client answers only after
@@ -284,11 +285,16 @@ def parse_flag(query: Mapping[str, str], name: str) -> bool:
 
 
 def close_reason(text: str) -> str:
-    """`text` cut to fit a close frame, on a character boundary."""
+    """`text` cut to fit a close frame, on character boundaries: its start and its end with
+    "..." between, since a runtime's error chain ends with the cause (`exec: "x": executable
+    file not found in $PATH`) after a long middle of wrapping and container IDs."""
     raw = text.encode("utf-8")
     if len(raw) <= MAX_REASON:
         return text
-    return raw[: MAX_REASON - 3].decode("utf-8", "ignore") + "..."
+    head = raw[:_REASON_HEAD].decode("utf-8", "ignore")
+    room = MAX_REASON - len(head.encode()) - 3
+    tail = raw[len(raw) - room :].decode("utf-8", "ignore")
+    return f"{head}...{tail}"
 
 
 # --- Wiring ------------------------------------------------------------------------------------
