@@ -1,17 +1,18 @@
 """Shared fixtures: the Kubernetes control plane every Kubernetes-facing test runs against.
 
 * `cluster` (session): a started `LocalCluster` (etcd, kube-apiserver, controller-manager,
-  scheduler, kwok and the kubelet simulation built from Go modules) with one untainted node,
-  `NODE_NAME`. With `ALLOCBRIDGE_TEST_KUBECONFIG=path` an `ExternalCluster` for that existing
-  cluster (e.g. kind) instead; its sandbox helpers skip the test, as only the local cluster
+  scheduler, kwok and the kubelet simulation built from Go modules) with one untainted kwok node,
+  `NODE_NAME`, and a real node (kubelet, containerd) tainted for the namespaces sent to it.
+  With `ALLOCBRIDGE_TEST_KUBECONFIG=path` an `ExternalCluster` for that existing cluster (e.g.
+  kind) instead; its sandbox helpers skip the test, as only the local cluster
   has them. Missing binaries fail the fixture with the message that says how to build them.
 * `kubeconfig` (session): the admin kubeconfig's path.
 * `kube` (function): a kubernetes_asyncio `ApiClient` on the test's own event loop;
   `kube_configuration` is its `Configuration` (e.g. for a `WsApiClient`).
 * `kubectl` (session): runs the built kubectl with that kubeconfig (`kubectl(...)` returns the
   completed process, `kubectl.json(...)` the parsed `-o json` output).
-* `namespace` (function): a fresh namespace whose `default` ServiceAccount exists; deleted
-  after the test.
+* `namespace` and `real_namespace` (function, tests/cluster/conftest.py): fresh namespaces whose
+  pods go to kwok's node or to the real node.
 
 Tests under tests/cluster/ get the `cluster` marker (`make unit` deselects them).
 """
@@ -22,8 +23,6 @@ import json
 import os
 import shutil
 import subprocess
-import time
-import uuid
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 from typing import Any, NoReturn
@@ -32,7 +31,7 @@ import pytest
 from kubernetes_asyncio import client as k8s_client
 from kubernetes_asyncio import config as k8s_config
 
-from allocbridge.localcluster import BinariesMissingError, LocalCluster
+from allocbridge.localcluster import BinariesMissingError, LocalCluster, realnode
 from allocbridge.localcluster.binaries import default_bin_dir
 
 NODE_NAME = "node-1"
@@ -70,11 +69,15 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalCluster |
     if external:
         yield ExternalCluster(Path(external).resolve())
         return
-    local = LocalCluster(state_dir=tmp_path_factory.mktemp("controlplane"))
     try:
-        local.binaries  # noqa: B018 - fails with the how-to-build message if missing
+        bin_dir = LocalCluster().binaries.kubectl.parent
     except BinariesMissingError as err:
         pytest.fail(str(err), pytrace=False)
+    local = LocalCluster(
+        state_dir=tmp_path_factory.mktemp("controlplane"),
+        real_node=realnode.why_unavailable(bin_dir) is None,
+        dedicated_real_node=True,  # kwok's node-1 takes every pod not sent to it
+    )
     local.start()
     try:
         local.create_node(NODE_NAME)
@@ -138,16 +141,3 @@ class Kubectl:
 @pytest.fixture(scope="session")
 def kubectl(cluster: LocalCluster | ExternalCluster) -> Kubectl:
     return Kubectl(Path(cluster.kubectl), cluster.kubeconfig)
-
-
-@pytest.fixture
-def namespace(kubectl: Kubectl) -> Iterator[str]:
-    name = f"t-{uuid.uuid4().hex[:10]}"
-    kubectl("create", "namespace", name)
-    deadline = time.monotonic() + 30
-    while kubectl("get", "serviceaccount", "default", "-n", name, check=False).returncode:
-        if time.monotonic() > deadline:
-            raise AssertionError(f"namespace {name} never got its default ServiceAccount")
-        time.sleep(0.05)
-    yield name
-    kubectl("delete", "namespace", name, "--wait=false", check=False)

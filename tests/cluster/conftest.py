@@ -3,12 +3,19 @@ planes of a test's own."""
 
 from __future__ import annotations
 
+import uuid
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
-from running_operator import Operator, install, service_account_kubeconfig
+from running_operator import (
+    Operator,
+    install,
+    make_namespace,
+    real_node_annotations,
+    service_account_kubeconfig,
+)
 
 from allocbridge.localcluster import BinariesMissingError, LocalCluster
 
@@ -52,3 +59,18 @@ def _started(local: LocalCluster) -> Iterator[LocalCluster]:
         yield local
     finally:
         local.stop()
+
+
+@pytest.fixture
+def namespace(kubectl: Any) -> Iterator[str]:
+    """A fresh namespace whose pods go to kwok's node `node-1`."""
+    yield from make_namespace(kubectl, f"t-{uuid.uuid4().hex[:10]}", {})
+
+
+@pytest.fixture
+def real_namespace(cluster: Any, kubectl: Any) -> Iterator[str]:
+    """A fresh namespace whose pods run on the session cluster's real node (kubelet,
+    containerd): real containers, for behaviour inside pods. Skips, saying why, where this
+    machine cannot run a real node."""
+    annotations = real_node_annotations(cluster)
+    yield from make_namespace(kubectl, f"r-{uuid.uuid4().hex[:10]}", annotations)

@@ -16,10 +16,11 @@ import sys
 import time
 import urllib.error
 import urllib.request
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
+import pytest
 import yaml
 
 from allocbridge.config import (
@@ -29,10 +30,43 @@ from allocbridge.config import (
     local_settings,
     render,
 )
-from allocbridge.localcluster import LocalCluster
+from allocbridge.localcluster import LocalCluster, realnode
+from allocbridge.localcluster.binaries import default_bin_dir
 from allocbridge.localcluster.pki import write_token_kubeconfig
 
 REPO = Path(__file__).resolve().parents[2]
+
+
+def real_node_annotations(cluster: Any) -> dict[str, str]:
+    """The annotations that send a namespace's pods to the session cluster's real node; skips
+    the test, saying why, where this machine cannot run one. An external cluster's nodes are
+    all real: no annotations."""
+    if not getattr(cluster, "is_local", True):
+        return {}
+    if getattr(cluster, "real_node", None) is None:
+        reason = realnode.why_unavailable(default_bin_dir())
+        pytest.skip(f"no real node in the session cluster: {reason or 'it did not start'}")
+    return dict(realnode.NAMESPACE_ANNOTATIONS)
+
+
+def make_namespace(kubectl: Any, name: str, annotations: dict[str, str]) -> Iterator[str]:
+    """Create a namespace, wait for its default ServiceAccount (pods need it), yield its name,
+    and delete it."""
+    kubectl.apply(
+        {
+            "apiVersion": "v1",
+            "kind": "Namespace",
+            "metadata": {"name": name, "annotations": annotations},
+        }
+    )
+    eventually(
+        lambda: (
+            kubectl("get", "serviceaccount", "default", "-n", name, check=False).returncode == 0
+        ),
+        what=f"namespace {name}'s default ServiceAccount",
+    )
+    yield name
+    kubectl("delete", "namespace", name, "--wait=false", check=False)
 
 
 def free_port() -> int:

@@ -1,14 +1,9 @@
 """`nomad alloc exec` end to end: the exec WebSocket of the running operator, onto the pod's exec
-stream through the real API server (kwok plays the kubelet and runs the commands here, in the
-container's sandbox folder, as an unprivileged user).
+stream through the real API server and the real node's kubelet and containerd: the commands run
+inside the task's container (its own PID namespace), as they do on any cluster.
 
 Clients: aiohttp for most tests, the `websockets` package for one written without the server's
 helpers, and `PodExecutor` directly for the Kubernetes side (v5 and the v4 fallback).
-
-kwok never closes an exec'd process's stdin (its local exec copies the stream into a pipe that
-it keeps open until the process ends), so on the local control plane a half-close cannot end
-`cat`; that test runs against a real kubelet (ALLOCBRIDGE_TEST_KUBECONFIG) only, and the round
-trip is checked with `head -c N`, which ends by itself.
 """
 
 from __future__ import annotations
@@ -29,7 +24,13 @@ from typing import Any
 
 import aiohttp
 import pytest
-from running_operator import Operator, eventually, http, service_account_kubeconfig
+from running_operator import (
+    Operator,
+    eventually,
+    http,
+    real_node_annotations,
+    service_account_kubeconfig,
+)
 
 from allocbridge.cluster.connection import load_credentials
 from allocbridge.cluster.podexec import (
@@ -90,11 +91,18 @@ class Outcome:
 
 
 @pytest.fixture(scope="module")
-def alloc(operator: Operator, kubectl: Any) -> Iterator[Alloc]:
-    """One running allocation for the module: `main` (docker), `raw` (raw_exec) and `init`, an
-    ephemeral prestart task that has completed (so it is not running)."""
+def alloc(operator: Operator, kubectl: Any, cluster: Any) -> Iterator[Alloc]:
+    """One running allocation for the module, on the real node: `main` (docker), `raw`
+    (raw_exec) and `init`, an ephemeral prestart task that has completed (so it is not
+    running)."""
     namespace = f"exec-{uuid.uuid4().hex[:10]}"
-    kubectl("create", "namespace", namespace)
+    kubectl.apply(
+        {
+            "apiVersion": "v1",
+            "kind": "Namespace",
+            "metadata": {"name": namespace, "annotations": real_node_annotations(cluster)},
+        }
+    )
     eventually(
         lambda: kubectl("get", "sa", "default", "-n", namespace, check=False).returncode == 0,
         what="the namespace's default ServiceAccount",
@@ -113,9 +121,13 @@ def alloc(operator: Operator, kubectl: Any) -> Iterator[Alloc]:
                         "name": "init",
                         "driver": "docker",
                         "lifecycle": {"hook": "prestart"},
-                        "config": {"image": "busybox"},
+                        "config": {"image": "busybox:1.37"},
                     },
-                    {"name": "main", "driver": "docker", "config": {"image": "busybox"}},
+                    {
+                        "name": "main",
+                        "driver": "docker",
+                        "config": {"image": "busybox:1.37", "command": "sleep", "args": ["3600"]},
+                    },
                     {
                         "name": "raw",
                         "driver": "raw_exec",
@@ -232,17 +244,17 @@ async def refusal(client: aiohttp.ClientSession, url: str) -> tuple[int | None, 
     return outcome.close_code, outcome.close_reason
 
 
-def is_local(cluster: Any) -> bool:
-    return bool(getattr(cluster, "is_local", True))
-
-
-def processes_in(folder: Path) -> list[int]:
-    """PIDs whose working directory is `folder`: kwok starts exec'd commands there."""
+def processes_with(marker: str) -> list[int]:
+    """PIDs on this machine whose command line holds `marker`, each checked to run in a PID
+    namespace other than this test's (inside a container)."""
+    ours = os.readlink("/proc/self/ns/pid")
     found = []
     for entry in os.listdir("/proc"):
-        if entry.isdigit():
+        if entry.isdigit() and int(entry) != os.getpid():
             try:
-                if Path(os.readlink(f"/proc/{entry}/cwd")) == folder:
+                cmdline = Path(f"/proc/{entry}/cmdline").read_bytes()
+                if marker.encode() in cmdline and b"pytest" not in cmdline:
+                    assert os.readlink(f"/proc/{entry}/ns/pid") != ours, cmdline
                     found.append(int(entry))
             except OSError:
                 continue
@@ -286,13 +298,8 @@ async def test_stdin_round_trip_is_byte_exact(
 
 
 async def test_stdin_half_close_ends_cat(
-    operator: Operator, alloc: Alloc, client: aiohttp.ClientSession, cluster: Any
+    operator: Operator, alloc: Alloc, client: aiohttp.ClientSession
 ) -> None:
-    if is_local(cluster):
-        pytest.skip(
-            "kwok v0.8.0 keeps an exec'd process's stdin pipe open until the process ends "
-            "(pkg/utils/exec, PipeStdin), so cat never sees the half-close; needs a real kubelet"
-        )
     data = b"hello\x00world\n" * 1000
     url = exec_url(operator, alloc.id, command=["cat"])
     outcome = await run(client, url, (stdin(data[:7000]), stdin(data[7000:]), STDIN_CLOSE))
@@ -489,27 +496,24 @@ async def test_bad_handshakes_close_with_1008(
 async def test_client_that_leaves_mid_stream_ends_the_process_and_the_session(
     operator: Operator, alloc: Alloc, cluster: Any, how: str
 ) -> None:
+    # It reads stdin: on a real kubelet the end of the stream is its end of input. (A process
+    # that neither reads stdin nor ends runs on after its client, as under kubectl exec.)
     marker = f"tick-{uuid.uuid4().hex[:8]}"
-    command = ["sh", "-c", f"while :; do echo {marker}; sleep 0.2; done"]
-    sandbox = (
-        cluster.sandbox_dir(alloc.namespace, alloc.name, "main") if is_local(cluster) else None
-    )
+    command = ["sh", "-c", f"echo {marker}; echo {marker}; cat; echo {marker}-end"]
     session = aiohttp.ClientSession()
     try:
         ws = await session.ws_connect(exec_url(operator, alloc.id, command=command))
         outcome = Outcome()
         await read_until(ws, outcome, lambda o: o.stdout.count(marker.encode()) >= 2)
         assert operator.open_exec_sessions() == 1 and exec_sessions_gauge(operator) == 1
-        if sandbox is not None:
-            assert processes_in(sandbox), "the command should run in the container's sandbox"
+        assert processes_with(marker), "the command should run in the task's container"
         if how == "close-frame":
             await ws.close()
     finally:
         await session.close()  # without a close frame: the TCP connection just goes away
     eventually(lambda: operator.open_exec_sessions() == 0, timeout=20, what="the session to end")
     assert exec_sessions_gauge(operator) == 0
-    if sandbox is not None:
-        eventually(lambda: not processes_in(sandbox), timeout=20, what="the command to end")
+    eventually(lambda: not processes_with(marker), timeout=30, what="the command to end")
 
 
 async def test_several_sessions_at_once(
@@ -553,15 +557,13 @@ def replica(alloc: Alloc, cluster: Any, kubectl: Any, tmp_path: Path) -> Iterato
 
 
 async def test_shutdown_closes_open_sessions_with_1001(
-    replica: Operator, alloc: Alloc, cluster: Any, client: aiohttp.ClientSession
+    replica: Operator, alloc: Alloc, client: aiohttp.ClientSession
 ) -> None:
-    sandbox = (
-        cluster.sandbox_dir(alloc.namespace, alloc.name, "main") if is_local(cluster) else None
-    )
-    command = ["sh", "-c", "while :; do echo still-here; sleep 0.2; done"]
+    marker = f"still-here-{uuid.uuid4().hex[:8]}"
+    command = ["sh", "-c", f"echo {marker}; cat"]  # ends at the end of its input
     async with client.ws_connect(exec_url(replica, alloc.id, command=command)) as ws:
         outcome = Outcome()
-        await read_until(ws, outcome, lambda o: b"still-here" in o.stdout)
+        await read_until(ws, outcome, lambda o: marker.encode() in o.stdout)
         assert replica.open_exec_sessions() == 1
         process = replica.process
         assert process is not None
@@ -573,8 +575,7 @@ async def test_shutdown_closes_open_sessions_with_1001(
     assert await asyncio.to_thread(process.wait, 30) == 0
     # Open sessions do not hold the stop up to the in-flight timeout (10 s).
     assert time.monotonic() - signalled < 8
-    if sandbox is not None:
-        eventually(lambda: not processes_in(sandbox), timeout=20, what="the command to end")
+    eventually(lambda: not processes_with(marker), timeout=30, what="the command to end")
 
 
 async def test_shutdown_cuts_the_wait_for_a_late_readers_close(

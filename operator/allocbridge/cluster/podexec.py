@@ -16,9 +16,10 @@ a non-zero exit as an `InternalError` whose text ends with Go's `exit status N`;
 exit code N too. Any other failure (container not found, runtime error) is an `ExecError`.
 
 There is no kill in the exec API: closing a stream early half-closes stdin (v5) and drops the
-connection, which ends a process that writes output (EPIPE) or, on a real kubelet, reads its
-stdin (EOF). A process that does neither runs on until it ends by itself. (kwok, the local
-control plane's kubelet, never closes an exec'd process's stdin, so there only output ends it.)
+connection, which ends a process that reads its stdin (EOF). On a real kubelet with containerd
+a process that does not read stdin runs on until it ends by itself, its output discarded, as
+after `kubectl exec` (the runtime keeps reading its output pipe). kwok, the scale tests' fake
+kubelet, never closes an exec'd process's stdin, and ends a process only through its output.
 """
 
 from __future__ import annotations
