@@ -1,7 +1,15 @@
 """Allocations reconciled onto pods, with Nomad task states and events, on the real control plane.
 
-kwok plays the kubelet; container exits are driven through the harness's kubelet simulation
-(`cluster.container_exit`), which patches pod status exactly as a kubelet would.
+Pods run on the real node (`real_namespace`): real containers that exit, are restarted in place
+by the kubelet (with its back-off), killed on pod deletion and probed. A task that must exit on
+cue runs a scripted BusyBox program (scripted.py) that `end_container` ends with a chosen code;
+one that only has to run is `idle_task` (tini above `sleep`, so TERM ends it at once). The real
+kubelet's own Events (Scheduled, Pulled, Started, ...) become `Driver` task events, so order
+checks look at the lifecycle events without them.
+
+On kwok and the kubelet simulation still: what the real node cannot be (a node of an older
+kubelet, a node deleted and registered again) and what needs a control plane of the test's own
+(only one real node runs per machine); tests that create no pod stay in a kwok namespace.
 """
 
 from __future__ import annotations
@@ -17,15 +25,16 @@ from typing import Any
 import pytest
 import yaml
 from running_operator import (
+    FAST_RESTARTS,
     REPO,
     ClusterKubectl,
     Operator,
     allocation_manifest,
     eventually,
     http,
-    kubelet_warning,
     operator_kubeconfig,
 )
+from scripted import IMAGE, end_container, scripted_task
 
 from allocbridge.cluster.resources import GROUP, PLURAL, VERSION
 from allocbridge.localcluster import LocalCluster
@@ -61,6 +70,12 @@ def event_types(state: dict[str, Any], task: str) -> list[str]:
     return [e["type"] for e in state["taskStates"][task]["events"]]
 
 
+def lifecycle(state: dict[str, Any], task: str) -> list[str]:
+    """The task's event types without `Driver`: the kubelet's own Events (Scheduled, Pulled,
+    Created, Started, Killing) interleave with the operator's on a real node."""
+    return [t for t in event_types(state, task) if t != "Driver"]
+
+
 def wait_task_event(
     kubectl: Any, namespace: str, name: str, prefix: str, *, what: str, timeout: float = 30
 ) -> tuple[dict[str, Any], dict[str, Any]]:
@@ -89,6 +104,21 @@ def wait_restarted(kubectl: Any, namespace: str, name: str, what: str) -> dict[s
     return result
 
 
+def container_status(kubectl: Any, namespace: str, pod: str, container: str) -> dict[str, Any]:
+    """The kubelet's status of one container of the pod."""
+    found = kubectl.json("get", "pod", pod, "-n", namespace)["status"]
+    statuses = (found.get("containerStatuses") or []) + (found.get("initContainerStatuses") or [])
+    mine: dict[str, Any] = next(c for c in statuses if c["name"] == container)
+    return mine
+
+
+def idle_task(name: str = "main", **fields: Any) -> dict[str, Any]:
+    """A task that only runs: tini above `sleep`, so the TERM of a pod deletion ends it at once
+    (and nothing polls, which keeps many pods cheap)."""
+    config = {"image": IMAGE, "command": "/sbin/tini", "args": ["--", "sleep", "100000"]}
+    return {"name": name, "driver": "docker", "config": config, **fields}
+
+
 def pods_of(kubectl: Any, namespace: str) -> list[dict[str, Any]]:
     items: list[dict[str, Any]] = kubectl.json("get", "pods", "-n", namespace)["items"]
     return items
@@ -109,6 +139,8 @@ def alloc_manifest(
     restart: dict[str, Any] | None = None,
     tasks: list[dict[str, Any]] | None = None,
 ) -> dict[str, Any]:
+    """An Allocation whose task `main` runs on a real node unless `tasks` says otherwise."""
+    tasks = tasks or [idle_task()]
     return allocation_manifest(name, namespace, job_type=job_type, restart=restart, tasks=tasks)
 
 
@@ -120,25 +152,37 @@ def alloc_manifest(
         ("services-checks.yaml", "running"),
         ("raw-exec.yaml", "running"),
         ("scheduled.yaml", "running"),
-        ("batch.yaml", "running"),
+        ("batch.yaml", "complete"),  # its task ends by itself after 5 s
     ],
 )
 def test_every_example_reaches_its_pod_and_status(
-    operator: Operator, kubectl: Any, namespace: str, file: str, expected: str
+    operator: Operator, kubectl: Any, real_namespace: str, file: str, expected: str
 ) -> None:
+    namespace = real_namespace
     name = apply_example(kubectl, namespace, file)
-    state = wait_status(kubectl, namespace, name, expected)
+    spec = yaml.safe_load((EXAMPLES / file).read_text())["spec"]
+    main = [t["name"] for t in spec["tasks"] if not t.get("lifecycle")]
+
+    def reached() -> dict[str, Any] | None:
+        # A prestart task running makes the allocation `running` (as in Nomad) before its main
+        # tasks start: those wait for the prestart task to end.
+        state = status(kubectl, namespace, name)
+        tasks = [state["taskStates"][t] for t in main]
+        if state.get("clientStatus") != expected:
+            return None
+        if expected == "running":
+            return state if any(t["state"] == "running" for t in tasks) else None
+        return state if all(t["state"] == "dead" and not t["failed"] for t in tasks) else None
+
+    state = eventually(reached, timeout=60, what=f"{name} to be {expected}")
     pod = kubectl.json("get", "pod", name, "-n", namespace)
     owner = pod["metadata"]["ownerReferences"][0]
     assert owner["kind"] == "Allocation" and owner["controller"] is True
     assert owner["uid"] == allocation(kubectl, namespace, name)["metadata"]["uid"]
     assert state["nodeName"] == pod["spec"]["nodeName"] and state["nodeID"]
     assert state["createIndex"] > 0 and state["desiredStatus"] == "run"
-    spec = yaml.safe_load((EXAMPLES / file).read_text())["spec"]
     for task in spec["tasks"]:
         assert "Received" in event_types(state, task["name"])
-    main = [t["name"] for t in spec["tasks"] if not t.get("lifecycle")]
-    assert any(state["taskStates"][t]["state"] == "running" for t in main)
     # The API serves the same allocation with the fields filled.
     uid = allocation(kubectl, namespace, name)["metadata"]["uid"]
     wire = operator.get(f"/v1/allocation/{uid}?namespace={namespace}")
@@ -147,32 +191,40 @@ def test_every_example_reaches_its_pod_and_status(
     assert wire["Job"]["ID"] == spec["job"]["id"]
 
 
-def test_batch_allocation_completes(
-    operator: Operator, cluster: Any, kubectl: Any, namespace: str
-) -> None:
+def test_batch_allocation_completes(operator: Operator, kubectl: Any, real_namespace: str) -> None:
+    """The example's task echoes, sleeps 5 s and exits 0 by itself: the pod succeeds."""
+    namespace = real_namespace
     name = apply_example(kubectl, namespace, "batch.yaml")
-    wait_status(kubectl, namespace, name, "running")
-    cluster.container_exit(namespace, name, "generate", 0)
+    wait_status(kubectl, namespace, name, "running", timeout=60)
     state = wait_status(kubectl, namespace, name, "complete")
     task = state["taskStates"]["generate"]
     assert task["state"] == "dead" and task["failed"] is False and task["finishedAt"]
-    assert event_types(state, "generate")[-1] == "Terminated"
+    last = [e for e in task["events"] if e["type"] != "Driver"][-1]
+    assert (last["type"], last["displayMessage"]) == ("Terminated", "Exit Code: 0")
+    # The kubelet writes the phase once the pod's sandbox is down, a moment after the exit.
+    eventually(
+        lambda: kubectl.json("get", "pod", name, "-n", namespace)["status"]["phase"] == "Succeeded",
+        what="the pod to succeed",
+    )
+    assert container_status(kubectl, namespace, name, "generate")["restartCount"] == 0
 
 
 def test_non_zero_exit_gives_terminated_then_restarting(
-    operator: Operator, cluster: Any, kubectl: Any, namespace: str
+    operator: Operator, kubectl: Any, real_namespace: str
 ) -> None:
+    namespace = real_namespace
     restart = {"attempts": 3, "interval": "10m", "delay": "1s", "mode": "fail"}
-    kubectl.apply(alloc_manifest("crashy", namespace, restart=restart))
+    kubectl.apply(alloc_manifest("crashy", namespace, restart=restart, tasks=[scripted_task()]))
     wait_status(kubectl, namespace, "crashy", "running")
-    cluster.container_exit(namespace, "crashy", "main", 3)
+    pod_uid = kubectl.json("get", "pod", "crashy", "-n", namespace)["metadata"]["uid"]
+    end_container(kubectl, namespace, "crashy", "main", 3)
     state = eventually(
         lambda: (
             (s := status(kubectl, namespace, "crashy"))["taskStates"]["main"]["restarts"] == 1 and s
         ),
         what="the restart to be recorded",
     )
-    events = state["taskStates"]["main"]["events"]
+    events = [e for e in state["taskStates"]["main"]["events"] if e["type"] != "Driver"]
     kinds = [e["type"] for e in events]
     terminated = kinds.index("Terminated")
     assert kinds[terminated + 1] == "Restarting"
@@ -182,24 +234,34 @@ def test_non_zero_exit_gives_terminated_then_restarting(
         lambda: status(kubectl, namespace, "crashy")["taskStates"]["main"]["state"] == "running",
         what="the task to run again",
     )
+    # The kubelet ran the container again in the same pod, after the exit the test caused.
+    assert kubectl.json("get", "pod", "crashy", "-n", namespace)["metadata"]["uid"] == pod_uid
+    main = container_status(kubectl, namespace, "crashy", "main")
+    assert main["restartCount"] == 1 and main["lastState"]["terminated"]["exitCode"] == 3
 
 
 def test_restart_policy_exhausted_fails_the_allocation(
-    operator: Operator, cluster: Any, kubectl: Any, namespace: str
+    operator: Operator, kubectl: Any, real_namespace: str
 ) -> None:
-    restart = {"attempts": 1, "interval": "10m", "delay": "1s", "mode": "fail"}
-    kubectl.apply(alloc_manifest("fragile", namespace, restart=restart))
+    namespace = real_namespace
+    kubectl.apply(
+        alloc_manifest("fragile", namespace, restart=FAST_RESTARTS, tasks=[scripted_task()])
+    )
     wait_status(kubectl, namespace, "fragile", "running")
-    cluster.container_exit(namespace, "fragile", "main", 1)
+    end_container(kubectl, namespace, "fragile", "main", 1)
     eventually(
         lambda: status(kubectl, namespace, "fragile")["taskStates"]["main"]["restarts"] == 1,
         what="the first restart",
     )
     eventually(
+        lambda: container_status(kubectl, namespace, "fragile", "main")["state"].get("running"),
+        what="the kubelet to run the container again",
+    )
+    eventually(
         lambda: status(kubectl, namespace, "fragile")["taskStates"]["main"]["state"] == "running",
         what="the task to run again",
     )
-    cluster.container_exit(namespace, "fragile", "main", 1)
+    end_container(kubectl, namespace, "fragile", "main", 1)
     state = wait_status(kubectl, namespace, "fragile", "failed")
     task = state["taskStates"]["main"]
     assert task["state"] == "dead" and task["failed"] is True
@@ -209,26 +271,27 @@ def test_restart_policy_exhausted_fails_the_allocation(
 
 
 def test_deleted_pod_is_a_task_failure_and_restarts(
-    operator: Operator, kubectl: Any, namespace: str
+    operator: Operator, kubectl: Any, real_namespace: str
 ) -> None:
+    namespace = real_namespace
     restart = {"attempts": 2, "interval": "10m", "delay": "1s", "mode": "fail"}
     kubectl.apply(alloc_manifest("victim", namespace, restart=restart))
     wait_status(kubectl, namespace, "victim", "running")
     first_uid = kubectl.json("get", "pod", "victim", "-n", namespace)["metadata"]["uid"]
     kubectl("delete", "pod", "victim", "-n", namespace, "--wait=false")
     state = wait_restarted(kubectl, namespace, "victim", "a restart with a new pod")
-    lifecycle = [t for t in event_types(state, "main") if t != "Driver"]  # pod Events aside
-    assert lifecycle[-3:] == ["Terminated", "Restarting", "Started"]
+    assert lifecycle(state, "main")[-3:] == ["Terminated", "Restarting", "Started"]
     pods = pods_of(kubectl, namespace)
     assert len(pods) == 1 and pods[0]["metadata"]["uid"] != first_uid
 
 
 def test_a_pod_that_loses_its_managed_by_label_is_not_taken_for_deleted(
-    operator: Operator, kubectl: Any, namespace: str
+    operator: Operator, kubectl: Any, real_namespace: str
 ) -> None:
     """The operator's pod watch selects by the managed-by label, so removing the label makes
     the API server report the pod DELETED to it. The pod still exists and still belongs to the
     allocation: the operator reads it instead of counting a failure and replacing it."""
+    namespace = real_namespace
     restart = {"attempts": 2, "interval": "10m", "delay": "1s", "mode": "fail"}
     kubectl.apply(alloc_manifest("relabelled", namespace, restart=restart))
     wait_status(kubectl, namespace, "relabelled", "running")
@@ -243,51 +306,50 @@ def test_a_pod_that_loses_its_managed_by_label_is_not_taken_for_deleted(
 
 
 def test_dead_leader_stops_its_siblings(
-    operator: Operator, cluster: Any, kubectl: Any, namespace: str
+    operator: Operator, kubectl: Any, real_namespace: str
 ) -> None:
-    tasks: list[dict[str, Any]] = [
-        {"name": "leader", "driver": "docker", "config": {"image": "a"}, "leader": True},
-        {"name": "helper", "driver": "docker", "config": {"image": "b"}},
-    ]
+    namespace = real_namespace
+    tasks = [scripted_task("leader", leader=True), scripted_task("helper")]
     kubectl.apply(alloc_manifest("led", namespace, job_type="batch", tasks=tasks))
     wait_status(kubectl, namespace, "led", "running")
-    cluster.container_exit(namespace, "led", "leader", 0)
+    end_container(kubectl, namespace, "led", "leader", 0)
     state = wait_status(kubectl, namespace, "led", "complete")
     assert "Leader Task Dead" in event_types(state, "helper")
     assert state["taskStates"]["helper"]["state"] == "dead"
+    # The helper really stops: its pod goes away.
+    eventually(lambda: not pods_of(kubectl, namespace), what="the group's pod to be deleted")
 
 
-#: A main task and a poststart sidecar.
+#: A main task and a poststart sidecar, each a script that `end_container` ends.
 SIDECAR_TASKS: list[dict[str, Any]] = [
-    {"name": "main", "driver": "docker", "config": {"image": "a"}},
-    {
-        "name": "proxy",
-        "driver": "docker",
-        "config": {"image": "b"},
-        "lifecycle": {"hook": "poststart", "sidecar": True},
-    },
+    scripted_task("main"),
+    scripted_task("proxy", lifecycle={"hook": "poststart", "sidecar": True}),
 ]
 
 
 def test_batch_with_a_poststart_sidecar_completes_with_its_main_task(
-    operator: Operator, cluster: Any, kubectl: Any, namespace: str
+    operator: Operator, kubectl: Any, real_namespace: str
 ) -> None:
+    namespace = real_namespace
     kubectl.apply(alloc_manifest("sided", namespace, job_type="batch", tasks=SIDECAR_TASKS))
     wait_status(kubectl, namespace, "sided", "running")
-    cluster.container_exit(namespace, "sided", "main", 0)
+    end_container(kubectl, namespace, "sided", "main", 0)
     state = wait_status(kubectl, namespace, "sided", "complete")
     proxy = state["taskStates"]["proxy"]
     assert proxy["state"] == "dead" and proxy["failed"] is False
-    assert event_types(state, "proxy")[-2:] == ["Killing", "Killed"]
-    assert proxy["events"][-2]["killReason"] == "Main tasks in the group died"
+    assert lifecycle(state, "proxy")[-2:] == ["Killing", "Killed"]
+    killing = [e for e in proxy["events"] if e["type"] == "Killing"][-1]
+    assert killing["killReason"] == "Main tasks in the group died"
     eventually(lambda: not pods_of(kubectl, namespace), what="the sidecar's pod to be deleted")
 
 
 def test_a_batch_poststart_sidecar_runs_again_after_exit_0(
-    operator: Operator, cluster: Any, kubectl: Any, namespace: str
+    operator: Operator, kubectl: Any, real_namespace: str
 ) -> None:
     """Nomad restarts a sidecar whatever its exit code; the pod is `OnFailure`, so the
-    container carries its own `Always` (Kubernetes 1.35+), and the restart counts."""
+    container carries its own `Always` (Kubernetes 1.35+), which the real node's 1.36 kubelet
+    honours: it runs the container again, and the restart counts."""
+    namespace = real_namespace
     kubectl.apply(alloc_manifest("resided", namespace, job_type="batch", tasks=SIDECAR_TASKS))
     wait_status(kubectl, namespace, "resided", "running")
     own = {
@@ -295,7 +357,7 @@ def test_a_batch_poststart_sidecar_runs_again_after_exit_0(
         for c in kubectl.json("get", "pod", "resided", "-n", namespace)["spec"]["containers"]
     }
     assert own == {"main": None, "proxy": "Always"}
-    cluster.container_exit(namespace, "resided", "proxy", 0)
+    end_container(kubectl, namespace, "resided", "proxy", 0)
     state = eventually(
         lambda: (
             (s := status(kubectl, namespace, "resided"))["taskStates"]["proxy"]["restarts"] == 1
@@ -304,10 +366,14 @@ def test_a_batch_poststart_sidecar_runs_again_after_exit_0(
         ),
         what="the sidecar to run again",
     )
-    assert event_types(state, "proxy")[-3:] == ["Terminated", "Restarting", "Started"]
-    assert state["taskStates"]["proxy"]["events"][-2]["restartReason"] == "Restart within policy"
+    assert lifecycle(state, "proxy")[-3:] == ["Terminated", "Restarting", "Started"]
+    restarting = [e for e in state["taskStates"]["proxy"]["events"] if e["type"] == "Restarting"]
+    assert restarting[-1]["restartReason"] == "Restart within policy"
     assert state["taskStates"]["main"]["state"] == "running"
     assert state["clientStatus"] == "running"
+    proxy = container_status(kubectl, namespace, "resided", "proxy")
+    assert proxy["restartCount"] == 1 and proxy["lastState"]["terminated"]["exitCode"] == 0
+    assert container_status(kubectl, namespace, "resided", "main")["restartCount"] == 0
 
 
 def test_on_a_node_with_an_older_kubelet_a_batch_poststart_sidecar_that_exits_0_is_dead(
@@ -354,27 +420,20 @@ def test_on_a_node_with_an_older_kubelet_a_batch_poststart_sidecar_that_exits_0_
 
 
 def test_a_run_once_poststart_task_completes_in_a_service(
-    operator: Operator, cluster: Any, kubectl: Any, namespace: str
+    operator: Operator, kubectl: Any, real_namespace: str
 ) -> None:
     """Nomad runs it once: the pod is `Always`, so the container carries its own `OnFailure`
-    (Kubernetes 1.35+) and its exit 0 ends it, with the restart policy (one attempt) unspent."""
-    restart = {"attempts": 1, "interval": "10m", "delay": "1s", "mode": "fail"}
-    tasks: list[dict[str, Any]] = [
-        {"name": "main", "driver": "docker", "config": {"image": "a"}},
-        {
-            "name": "announce",
-            "driver": "docker",
-            "config": {"image": "b"},
-            "lifecycle": {"hook": "poststart"},
-        },
-    ]
-    kubectl.apply(alloc_manifest("announced", namespace, restart=restart, tasks=tasks))
+    (Kubernetes 1.35+) and its exit 0 ends it, with the restart policy (one attempt) unspent.
+    The real kubelet would run it again at once (a first restart has no back-off) if it
+    ignored the container's own policy."""
+    namespace = real_namespace
+    tasks = [scripted_task("main"), scripted_task("announce", lifecycle={"hook": "poststart"})]
+    kubectl.apply(alloc_manifest("announced", namespace, restart=FAST_RESTARTS, tasks=tasks))
     wait_status(kubectl, namespace, "announced", "running")
-    cluster.container_exit(namespace, "announced", "announce", 0)
+    end_container(kubectl, namespace, "announced", "announce", 0)
 
     def announce_container() -> dict[str, Any]:
-        pod = kubectl.json("get", "pod", "announced", "-n", namespace)
-        return next(s for s in pod["status"]["containerStatuses"] if s["name"] == "announce")
+        return container_status(kubectl, namespace, "announced", "announce")
 
     ended = eventually(
         lambda: (c := announce_container())["state"].get("terminated") and c,
@@ -423,17 +482,21 @@ def test_spec_is_immutable(operator: Operator, kubectl: Any, namespace: str) -> 
 
 
 def test_kubernetes_pod_events_become_task_events(
-    operator: Operator, kubectl: Any, namespace: str
+    operator: Operator, kubectl: Any, real_namespace: str
 ) -> None:
-    kubectl.apply(alloc_manifest("probed", namespace))
+    """The kubelet's own Warning: the task's HTTP check is its readiness probe, and nothing in
+    the container listens on the port, so the real kubelet reports `Unhealthy`."""
+    namespace = real_namespace
+    check = {"name": "alive", "type": "http", "path": "/", "interval": "1s", "timeout": "1s"}
+    service = {"name": "probed", "portLabel": "8080", "checks": [check]}
+    kubectl.apply(alloc_manifest("probed", namespace, tasks=[idle_task(services=[service])]))
     wait_status(kubectl, namespace, "probed", "running")
-    pod = kubectl.json("get", "pod", "probed", "-n", namespace)
-    kubectl.apply(kubelet_warning(pod, "Unhealthy", "Readiness probe failed: connection refused"))
     _, event = wait_task_event(
-        kubectl, namespace, "probed", "Unhealthy", what="the pod event as a task event"
+        kubectl, namespace, "probed", "Unhealthy", what="the kubelet's probe event as a task event"
     )
     assert event["type"] == "Driver"
-    assert event["displayMessage"] == "Unhealthy: Readiness probe failed: connection refused"
+    assert event["displayMessage"].startswith("Unhealthy: Readiness probe failed: ")
+    assert "8080" in event["displayMessage"] and "connection refused" in event["displayMessage"]
 
 
 def watched_statuses(text: str) -> list[dict[str, Any]]:
@@ -453,8 +516,9 @@ def watched_statuses(text: str) -> list[dict[str, Any]]:
 
 
 def test_a_routine_start_costs_one_status_write(
-    operator: Operator, kubectl: Any, namespace: str
+    operator: Operator, kubectl: Any, real_namespace: str
 ) -> None:
+    namespace = real_namespace
     # What the API server saw: a watch from a revision taken before the Allocation exists
     # replays every change since (a watch started first could connect too late).
     path = f"/apis/{GROUP}/{VERSION}/namespaces/{namespace}/{PLURAL}"
@@ -497,16 +561,13 @@ def test_a_routine_start_costs_one_status_write(
 
 
 def test_an_unschedulable_allocation_shows_the_warning_within_seconds(
-    operator: Operator, kubectl: Any, namespace: str
+    operator: Operator, kubectl: Any, real_namespace: str
 ) -> None:
+    namespace = real_namespace
     # The first write of a routine start may wait for the start (30 s); a Warning Event is
     # trouble, which cuts the wait back to the 5 s coalescing window.
-    task = {
-        "name": "main",
-        "driver": "docker",
-        "config": {"image": "busybox"},
-        "resources": {"cpu": 2_000_000, "memoryMB": 64},  # 2,000 CPUs; the node has 1,000
-    }
+    # 2,000 CPUs; no node has as many
+    task = idle_task(resources={"cpu": 2_000_000, "memoryMB": 64})
     kubectl.apply(alloc_manifest("too-big", namespace, tasks=[task]))
     state, _ = wait_task_event(
         kubectl,
@@ -521,8 +582,9 @@ def test_an_unschedulable_allocation_shows_the_warning_within_seconds(
 
 
 def test_deleting_the_allocation_removes_its_pod(
-    operator: Operator, kubectl: Any, namespace: str
+    operator: Operator, kubectl: Any, real_namespace: str
 ) -> None:
+    namespace = real_namespace
     kubectl.apply(alloc_manifest("shortlived", namespace))
     wait_status(kubectl, namespace, "shortlived", "running")
     kubectl("delete", "allocation", "shortlived", "-n", namespace)
@@ -530,8 +592,9 @@ def test_deleting_the_allocation_removes_its_pod(
 
 
 def test_operator_killed_mid_reconcile_converges_to_one_pod(
-    operator: Operator, kubectl: Any, namespace: str
+    operator: Operator, kubectl: Any, real_namespace: str
 ) -> None:
+    namespace = real_namespace
     names = [f"burst-{i}" for i in range(5)]
     for name in names:
         kubectl.apply(alloc_manifest(name, namespace))
@@ -547,10 +610,11 @@ def test_operator_killed_mid_reconcile_converges_to_one_pod(
 
 
 def test_pod_deleted_while_the_operator_is_down_is_noticed_after_a_restart(
-    operator: Operator, kubectl: Any, namespace: str
+    operator: Operator, kubectl: Any, real_namespace: str
 ) -> None:
     """The restarted operator knows nothing but what its watches list: a pod missing from
     that list is read before it counts as vanished, and then it does."""
+    namespace = real_namespace
     restart = {"attempts": 2, "interval": "10m", "delay": "1s", "mode": "fail"}
     kubectl.apply(alloc_manifest("orphaned", namespace, restart=restart))
     wait_status(kubectl, namespace, "orphaned", "running")
