@@ -9,6 +9,7 @@ from typing import Any, cast
 import pytest
 from kubernetes_asyncio import client
 
+from allocbridge.actions import lifecycle
 from allocbridge.actions.lifecycle import ActionError, Actions, Mutation, Target
 from allocbridge.cluster.resources import Json, Kube
 from allocbridge.lifecycle import Lifecycle, Next, Phase, Upstream
@@ -104,9 +105,10 @@ RUNNING = {"running": {"startedAt": "2026-01-01T00:00:00Z"}}
 class FakeKube:
     """The pod as the kubelet shows it: `after_term` once the SIGTERM went out."""
 
-    def __init__(self, after_term: Json | None) -> None:
+    def __init__(self, after_term: Json | None, after_kill: Json | None = None) -> None:
         self.pod: Json | None = container_pod("p1", RUNNING)
         self.after_term = after_term
+        self.after_kill = after_kill or self.pod
 
     async def get_pod(self, _namespace: str, _name: str) -> Json | None:
         return self.pod
@@ -152,10 +154,12 @@ class FakeActions(Actions):
 
     async def kill(self, target: Target, task: str, signal: str, where: str) -> None:
         if signal == "SIGTERM" and self.refuse_term:
-            raise ActionError(500, 'kill -TERM -- 1 in task "main" failed: no such process')
+            raise ActionError(500, 'kill -TERM 1 in task "main" failed: no such process')
         self.sent.append(f"{signal} {where}")
         if signal == "SIGTERM":
             self.fake.pod = self.fake.after_term
+        if signal == "SIGKILL":
+            self.fake.pod = self.fake.after_kill
 
     def events(self) -> list[str]:
         return [e["type"] for e in self.status["taskStates"]["main"]["events"]]
@@ -185,11 +189,29 @@ async def test_no_sigkill_once_the_signalled_run_has_ended(after_term: Json | No
     assert "recreatePod" not in actions.status
 
 
+@pytest.fixture
+def quick_after_sigkill(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(lifecycle, "AFTER_SIGKILL", 0.01)
+
+
+@pytest.mark.usefixtures("quick_after_sigkill")
 async def test_a_run_still_going_after_the_kill_timeout_gets_sigkill() -> None:
-    actions = FakeActions(FakeKube(container_pod("p1", RUNNING)))
+    restarted = container_pod("p1", RUNNING, restarts=1)
+    actions = FakeActions(FakeKube(container_pod("p1", RUNNING), after_kill=restarted))
     await restart(actions)
     assert actions.sent == ["SIGTERM 1", "SIGKILL -1"]
     assert actions.events() == ["Restart Signaled", "Killing"]
+    assert "recreatePod" not in actions.status
+
+
+@pytest.mark.usefixtures("quick_after_sigkill")
+async def test_a_pid1_that_outlives_sigkill_of_its_processes_gets_a_new_pod() -> None:
+    """A shell PID 1 that traps the kill signal: SIGKILL of everything below it leaves it."""
+    actions = FakeActions(FakeKube(container_pod("p1", RUNNING)))
+    await restart(actions)
+    assert actions.sent == ["SIGTERM 1", "SIGKILL -1"]
+    assert actions.events() == ["Restart Signaled", "Killing", "Killing"]
+    assert actions.status["recreatePod"] is True
 
 
 async def test_a_sigterm_not_sent_takes_its_restart_back() -> None:

@@ -2,7 +2,7 @@
 
 Stop marks the Allocation stopped (with `stopAt`, the end of its shutdown delay) and creates
 its linked replacement; the reconciler deletes the pod. Signal, restart and pause run
-`kill -SIG -- TARGET` in the task's container through `pods/exec`, never through a shell, and
+`kill -SIG TARGET` in the task's container through `pods/exec`, never through a shell, and
 first read `/proc/1` there: Linux drops signals sent to a container's PID 1 from inside unless
 it takes them, so the target comes from `allocbridge.model.pid1` and an action that would be
 dropped answers an error instead of a false success. A kill signal that could not be sent takes
@@ -35,6 +35,9 @@ from allocbridge.model import schedule as sched
 from allocbridge.model.signals import canonical, number
 from allocbridge.model.spec import AllocationSpec, parse_spec
 from allocbridge.model.status import MAX_EVENTS, NS, merge_patch, task_event
+
+#: Seconds a PID 1 gets to exit once everything below it got SIGKILL, before its pod goes.
+AFTER_SIGKILL = 5.0
 
 log = logging.getLogger(__name__)
 
@@ -126,12 +129,13 @@ class Actions:
         return pid1_rules.parse(result.stdout, children_readable=result.exit_code == 0)
 
     async def kill(self, target: Target, task: str, signal: str, where: str) -> None:
-        """`kill -SIG -- <where>` in the task's container; a non-zero exit is an error.
+        """`kill -SIG <where>` in the task's container; a non-zero exit is an error.
 
-        The `-SIG -- PID` form is the one procps, util-linux and busybox all parse the same
-        way; procps 4 takes `-s SIG -1` for a second signal and fails.
+        The `-SIG PID` form (PID 1 or -1) is the one procps, util-linux and busybox all parse
+        the same way: busybox refuses a `--` before the PID ("invalid number '--'"), and
+        procps 4 takes `-s SIG -1` for a second signal and fails.
         """
-        argv = ["kill", f"-{signal.removeprefix('SIG')}", "--", where]
+        argv = ["kill", f"-{signal.removeprefix('SIG')}", where]
         result = await self.exec(target, task, argv)
         if result.exit_code != 0:
             detail = result.stderr.strip() or f"exit code {result.exit_code}"
@@ -350,12 +354,13 @@ class Actions:
 
         SIGKILL goes to the processes below PID 1; when there are none, it cannot reach PID 1
         from inside the container, so the pod is replaced (the kubelet kills from outside).
+        A PID 1 that outlives the SIGKILL of everything below it (a shell that traps the kill
+        signal and waits on a child) gets its pod replaced too, `AFTER_SIGKILL` seconds later.
         Nothing happens if the run that got the kill signal (`sent`) has ended meanwhile:
         restarted in place, stopped (a batch task's exit 0), or its pod replaced.
         """
         await asyncio.sleep(wait)
-        now = _container_run(await self.kube.get_pod(target.namespace, target.name), task)
-        if now is None or now != run:
+        if not await self._same_run(target, task, run):
             return
         log.warning("task did not exit after its kill signal", extra={"task": task, "signal": sent})
         if kill_at is None:
@@ -375,9 +380,31 @@ class Actions:
                 status["recreatePod"] = True
 
         await self.update(target, escalate)
-        if kill_at is not None:
-            with contextlib.suppress(ActionError):
-                await self.kill(target, task, "SIGKILL", kill_at)
+        if kill_at is None:
+            return
+        with contextlib.suppress(ActionError):
+            await self.kill(target, task, "SIGKILL", kill_at)
+        await asyncio.sleep(AFTER_SIGKILL)
+        if not await self._same_run(target, task, run):
+            return
+        log.warning("the task's PID 1 outlived SIGKILL of its processes", extra={"task": task})
+        replaced = task_event(
+            "Killing",
+            time.time_ns(),
+            "PID 1 did not exit after SIGKILL of its processes; replacing the pod",
+            killReason=f"restart: task did not exit after {sent} and SIGKILL",
+        )
+
+        def replace(status: Json, _obj: Json) -> None:
+            _add_events(status, {task: [replaced]})
+            status["recreatePod"] = True
+
+        await self.update(target, replace)
+
+    async def _same_run(self, target: Target, task: str, run: ContainerRun) -> bool:
+        """Whether the task's container is still the run that was sent the kill signal."""
+        now = _container_run(await self.kube.get_pod(target.namespace, target.name), task)
+        return now is not None and now == run
 
     # -- pause ---------------------------------------------------------------------------
 
