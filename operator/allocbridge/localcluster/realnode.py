@@ -385,6 +385,9 @@ disabled_plugins = ["io.containerd.snapshotter.v1.btrfs", "io.containerd.snapsho
             "failCgroupV1": False,  # this machine has cgroup v1; 1.35+ refuses it by default
             "failSwapOn": False,
             "clusterDomain": "cluster.local",
+            # No DNS server runs here; naming the node IP keeps the kubelet from warning on
+            # every pod (MissingClusterDNS), and a lookup fails at once on the local bridge.
+            "clusterDNS": [NODE_IP],
             "resolvConf": "",
             "serializeImagePulls": False,
             "evictionHard": {
