@@ -15,6 +15,10 @@ paging test builds the next token the way Nomad's paginator does (`<CreateIndex>
 sends Python booleans as `True`/`False`: Go's ParseBool accepts them for `resources` and
 `task_states`, but `reverse` counts only when exactly `true` (in Nomad too), so
 `reverse=True` from python-nomad does not reverse.
+
+The allocations run on the real node: signals are seen as what the task's script trapped, a
+restart as the kubelet running the container again after SIGTERM ended it, and the stats come
+from the node's kubelet.
 """
 
 from __future__ import annotations
@@ -28,7 +32,15 @@ from typing import Any
 import nomad
 import pytest
 from nomad.api import exceptions
-from running_operator import Operator, eventually, http, quick_allocation
+from running_operator import (
+    Operator,
+    eventually,
+    http,
+    make_namespace,
+    quick_allocation,
+    real_node_annotations,
+)
+from scripted import IMAGE, scripted_task, trapped_signals
 
 pytestmark = pytest.mark.cluster
 
@@ -37,17 +49,33 @@ READ = ("pa", "pb", "pc")  # allocations nothing changes
 ACT = ("psig", "prst", "pstop")
 
 
+#: The task of every allocation but `psig`: tini above `sleep`, which a forwarded TERM ends.
+IDLE: dict[str, Any] = {
+    "name": "main",
+    "driver": "docker",
+    "config": {"image": IMAGE, "command": "/sbin/tini", "args": ["--", "sleep", "100000"]},
+}
+#: `psig`'s task traps (and records) what the test sends.
+SIGNALLED = scripted_task(traps=("USR1", "HUP"))
+
+
 @dataclass
 class World:
     operator: Operator
-    cluster: Any
     kubectl: Any
     read: str
     act: str
     ids: dict[str, str] = field(default_factory=dict)
 
-    def signals(self, name: str) -> list[str | None]:
-        return [r.signal for r in self.cluster.signals(self.act, name, "main")]
+    def signals(self, name: str) -> list[str]:
+        """What the task `main` of allocation `name` (in the act namespace) has trapped."""
+        return trapped_signals(self.kubectl, self.act, name, "main")
+
+    def container(self, name: str) -> dict[str, Any]:
+        """The kubelet's status of that task's container."""
+        pod = self.kubectl.json("get", "pod", name, "-n", self.act)
+        found: dict[str, Any] = pod["status"]["containerStatuses"][0]
+        return found
 
 
 def _wait_running(w: World, namespace: str, name: str) -> str:
@@ -68,30 +96,25 @@ def _wait_running(w: World, namespace: str, name: str) -> str:
 
 @pytest.fixture(scope="module")
 def world(operator: Operator, cluster: Any, kubectl: Any) -> Iterator[World]:
+    """Three allocations to read and three to act on, each in a namespace of the real node."""
     suffix = uuid.uuid4().hex[:6]
-    w = World(operator, cluster, kubectl, read=f"py-read-{suffix}", act=f"py-act-{suffix}")
+    w = World(operator, kubectl, read=f"py-read-{suffix}", act=f"py-act-{suffix}")
+    annotations = real_node_annotations(cluster)
+    made: list[Iterator[str]] = []  # each deletes its namespace when resumed
     try:
         for namespace, names in ((w.read, READ), (w.act, ACT)):
-            kubectl("create", "namespace", namespace)
-
-            def has_default_account(n: str = namespace) -> bool:
-                found = kubectl("get", "serviceaccount", "default", "-n", n, check=False)
-                return bool(found.returncode == 0)
-
-            eventually(
-                has_default_account,
-                what=f"namespace {namespace} to get its default ServiceAccount",
-            )
+            made.append(make_namespace(kubectl, namespace, annotations))
+            next(made[-1])
             for name in names:
-                kubectl.apply(quick_allocation(name, namespace))
+                task = SIGNALLED if name == "psig" else IDLE
+                kubectl.apply(quick_allocation(name, namespace, tasks=[task]))
         for namespace, names in ((w.read, READ), (w.act, ACT)):
             for name in names:
                 w.ids[name] = _wait_running(w, namespace, name)
-        cluster.set_handled_signals(w.act, "psig", "main", ["USR1", "HUP"])
         yield w
     finally:
-        for namespace in (w.read, w.act):
-            kubectl("delete", "namespace", namespace, "--wait=false", check=False)
+        for namespace_made in made:
+            next(namespace_made, None)
 
 
 def client_for(world: World, namespace: str | None) -> Any:
@@ -203,7 +226,9 @@ def test_signal_allocation(world: World, act: Any) -> None:
     signal = act.client.allocation.signal_allocation
     assert signal(alloc_id, "SIGUSR1", task="main") == {}
     assert signal(alloc_id, "SIGHUP") == {}  # python-nomad sends "Task": null: every task
-    assert world.signals("psig") == ["USR1", "HUP"]
+    eventually(
+        lambda: world.signals("psig") == ["USR1", "HUP"], what="the task to trap USR1, then HUP"
+    )
 
     assert raised(exceptions.URLNotFoundNomadException, signal, alloc_id, "SIGUSR1", "ghost") == (
         "Task not found"
@@ -212,7 +237,10 @@ def test_signal_allocation(world: World, act: Any) -> None:
     assert raised(exceptions.URLNotFoundNomadException, signal, UNKNOWN, "SIGHUP") == (
         f'Unknown allocation "{UNKNOWN}"'
     )
-    assert world.signals("psig") == ["USR1", "HUP"]
+    # The refused calls sent nothing: a last signal arrives right after the first two.
+    assert signal(alloc_id, "SIGUSR1", task="main") == {}
+    eventually(lambda: len(world.signals("psig")) >= 3, what="the last signal to be trapped")
+    assert world.signals("psig") == ["USR1", "HUP", "USR1"]
 
 
 def test_restart_allocation(world: World, act: Any) -> None:
@@ -224,18 +252,37 @@ def test_restart_allocation(world: World, act: Any) -> None:
         return bool(state["Restarts"] == 1 and state["State"] == "running")
 
     eventually(restarted, what="the running task to restart")
-    assert world.signals("prst") == ["TERM"]
+    # The task's kill signal (SIGTERM) ended it (tini exits 128 + 15) and the kubelet ran the
+    # container again in the same pod.
+    container = world.container("prst")
+    assert container["restartCount"] == 1
+    assert container["lastState"]["terminated"]["exitCode"] == 128 + 15
     text = raised(
         exceptions.URLNotFoundNomadException, act.client.allocation.restart_allocation, UNKNOWN
     )
     assert text == f'Unknown allocation "{UNKNOWN}"'
 
 
-def test_stats_and_gc_are_not_served(world: World, act: Any) -> None:
-    """Resource usage and client GC are outside the allocations API allocbridge serves."""
+def test_stats_are_the_node_s_and_gc_is_not_served(world: World, act: Any) -> None:
+    """The real node's kubelet measures the task's container; client GC is outside the API
+    allocbridge serves."""
     alloc_id = world.ids["prst"]
     stats = act.client.allocation.read_allocation_stats
-    assert raised(exceptions.URLNotFoundNomadException, stats, alloc_id) == "resource not found"
+
+    def measured() -> dict[str, Any] | None:
+        try:
+            usage: dict[str, Any] = stats(alloc_id)
+        except exceptions.BaseNomadException:  # 503 until the kubelet has a sample
+            return None
+        memory = usage["Tasks"]["main"]["ResourceUsage"]["MemoryStats"]
+        return usage if memory["RSS"] > 0 else None
+
+    usage = eventually(measured, what="the kubelet's first sample of the task")
+    assert set(usage["Tasks"]) == {"main"}
+    assert (
+        usage["ResourceUsage"]["MemoryStats"]["RSS"]
+        >= (usage["Tasks"]["main"]["ResourceUsage"]["MemoryStats"]["RSS"])
+    )
     gc = act.client.gc_allocation.garbage_collect
     assert raised(exceptions.URLNotFoundNomadException, gc, alloc_id) == "resource not found"
 
