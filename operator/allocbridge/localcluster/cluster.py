@@ -67,7 +67,7 @@ from .kubelet import (
 )
 from .pki import Pki
 from .processes import ManagedProcess, ProcessRegistry
-from .realnode import RealNode
+from .realnode import NODE_IP, RealNode
 from .restclient import ApiError, RestClient
 from .sandbox import exec_path
 from .stages import (
@@ -413,8 +413,7 @@ class LocalCluster:
             [
                 str(b.kube_apiserver),
                 f"--etcd-servers={etcd_url}",
-                "--bind-address=127.0.0.1",
-                "--advertise-address=127.0.0.1",
+                *self._api_server_addresses(),
                 f"--secure-port={p['kube-apiserver']}",
                 f"--cert-dir={s / 'pki'}",
                 f"--tls-cert-file={pki.serving_cert}",
@@ -429,7 +428,6 @@ class LocalCluster:
                 f"--service-account-signing-key-file={pki.sa_key}",
                 f"--service-cluster-ip-range={SERVICE_CIDR}",
                 "--kubelet-preferred-address-types=InternalIP",
-                "--endpoint-reconciler-type=none",
                 "--allow-privileged=true",
                 "--feature-gates=PodLogsQuerySplitStreams=true",
                 "--profiling=false",
@@ -438,6 +436,27 @@ class LocalCluster:
                 *self._audit_flags(),
             ],
         )
+
+    def _api_server_addresses(self) -> list[str]:
+        """Where the API server listens and what the `kubernetes` Service points at.
+
+        Without a real node: loopback only, and no endpoints (nothing runs in a pod). With
+        one, pods reach it as in-cluster clients do, through kube-proxy: 10.96.0.1:443 ->
+        the node IP (advertised, published by the endpoint reconciler) -> this listener,
+        bound on every address because the node's bridge is created after the API server
+        starts. Harness clients still use 127.0.0.1; the serving certificate has 10.96.0.1.
+        """
+        if not self._want_real_node:
+            return [
+                "--bind-address=127.0.0.1",
+                "--advertise-address=127.0.0.1",
+                "--endpoint-reconciler-type=none",
+            ]
+        return [
+            "--bind-address=0.0.0.0",
+            f"--advertise-address={NODE_IP}",
+            "--endpoint-reconciler-type=lease",
+        ]
 
     def stop_real_node(self) -> None:
         """Stop the real node and undo its host changes (its pods' containers go with it)."""
