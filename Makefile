@@ -9,7 +9,7 @@ KIND_CLUSTER ?= allocbridge
 PYTEST_ARGS ?=
 GO_MODULES := benchmarks/goclients tests/goclient
 
-.PHONY: all dev test lint unit bench controlplane image deploy deploy-overlay e2e-kind clean
+.PHONY: all dev test lint unit bench controlplane image image-docker deploy deploy-overlay e2e-kind clean
 
 all: test
 
@@ -54,10 +54,17 @@ dev: $(BIN)/.installed controlplane
 bench: $(BIN)/.installed controlplane
 	ALLOCBRIDGE_CONTROLPLANE_BIN=$(abspath $(CONTROLPLANE_BIN)) $(BIN)/python -m benchmarks $(BENCH_ARGS)
 
-# The container image (Dockerfile: a builder stage with the virtual environment, a slim
-# non-root final stage).
-image:
-	docker build -t $(IMAGE) .
+# The container image without Docker: an OCI layout tar under .cache/images/ assembled from
+# Debian's python3.11 packages and the pinned wheels (operator/allocbridge/localcluster/
+# operator_image.py), tagged docker.io/library/$(IMAGE).
+image: $(BIN)/.installed
+	$(BIN)/python -m allocbridge.localcluster.operator_image --name $(IMAGE)
+
+# The same image with Docker (Dockerfile: a builder stage with the virtual environment, a slim
+# non-root final stage; PYTHON_IMAGE is its base).
+PYTHON_IMAGE ?= python:3.11-slim-bookworm
+image-docker:
+	docker build --build-arg PYTHON_IMAGE=$(PYTHON_IMAGE) -t $(IMAGE) .
 
 KUBECTL ?= kubectl
 DEPLOY_DIR ?= .cache/deploy
@@ -97,7 +104,7 @@ deploy: deploy-overlay
 	$(KUBECTL) -n allocbridge-system rollout status deployment/allocbridge --timeout=180s
 
 # The cluster test suite against a kind cluster that runs the image (needs Docker and kind).
-e2e-kind: $(BIN)/.installed image
+e2e-kind: $(BIN)/.installed image-docker
 	@mkdir -p $(dir $(KIND_KUBECONFIG))
 	kind get clusters | grep -qx '$(KIND_CLUSTER)' || kind create cluster --name $(KIND_CLUSTER) --wait 120s
 	kind get kubeconfig --name $(KIND_CLUSTER) > $(KIND_KUBECONFIG)

@@ -1,4 +1,5 @@
-"""The Dockerfile's promises, checked by reading it (no Docker here to build it).
+"""The Dockerfile's promises, checked by reading it (no Docker here to build it; `make image`
+builds the same image without Docker, and `make e2e` deploys that one).
 
 Multi-stage: the virtual environment is built in one stage and copied into a slim final stage
 that has no compilers or package managers' leftovers, runs as a numeric non-root user (so
@@ -82,6 +83,25 @@ def test_the_entrypoint_runs_the_operator_on_the_mounted_config() -> None:
         "--config",
         "/etc/allocbridge/allocbridge.hcl",
     ]
+
+
+def test_the_image_installs_the_pinned_wheels_without_the_test_control_plane() -> None:
+    """The same promises as `make image` (operator_image.py): exact pins, wheels only, and
+    no allocbridge.localcluster to import."""
+    (run,) = [r for r in stages()[0].values("RUN") if "pip install" in r]
+    assert "rm -rf operator/allocbridge/localcluster" in run
+    assert re.search(
+        r"pip install --only-binary=:all: --no-deps -r operator/requirements\.txt", run
+    )
+    pins = [
+        line
+        for line in (ROOT / "operator" / "requirements.txt").read_text().splitlines()
+        if line and not line.startswith("#")
+    ]
+    assert pins and all(re.fullmatch(r"[a-z0-9-]+==[\w.]+", pin) for pin in pins), pins
+    names = {pin.split("==")[0] for pin in pins}
+    assert {"kopf", "aiohttp", "kubernetes-asyncio", "pydantic"} <= names
+    assert not names & {"pytest", "mypy", "ruff", "schemathesis", "python-nomad"}
 
 
 def test_the_build_context_is_only_the_package() -> None:
