@@ -205,7 +205,19 @@ class Replica:
             NodeStatsReader(lambda: self._credentials),
             mhz_per_cpu=self.settings.kubernetes.mhz_per_cpu,
         )
+        app.on_response_prepare.append(self._close_connections_while_draining)
         return await _serve(app, listener, shutdown_timeout=IN_FLIGHT_TIMEOUT)
+
+    async def _close_connections_while_draining(
+        self, _request: web.Request, response: web.StreamResponse
+    ) -> None:
+        """From SIGTERM on, every answer says `Connection: close`: a client's next request
+        opens a new connection, which the Service sends to a replica that stays, instead of
+        reusing a kept-alive one that the listener would cut when it closes. (An exec
+        WebSocket ends its connection anyway.)"""
+        if self.lifecycle.draining and not isinstance(response, web.WebSocketResponse):
+            response.force_close()  # the server closes it after this answer
+            response.headers["Connection"] = "close"  # headers are computed before this hook
 
     def _addresses(self) -> dict[str, str]:
         return {

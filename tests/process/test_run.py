@@ -13,6 +13,7 @@ in tests/cluster/test_ha.py.
 from __future__ import annotations
 
 import datetime
+import http.client
 import json
 import os
 import signal
@@ -219,6 +220,27 @@ def test_sigterm_drains_then_exits_zero(replica: Running) -> None:
     assert time.monotonic() - signalled >= 2.0
     with pytest.raises(OSError):
         get(replica.api + "/v1/gone")
+
+
+def test_answers_close_their_kept_alive_connection_while_draining(replica: Running) -> None:
+    """A client's next request then opens a new connection, which a Service sends to a
+    replica that stays, instead of reusing one the closing listener would cut."""
+    host, port = replica.api.removeprefix("http://").split(":")
+    connection = http.client.HTTPConnection(host, int(port), timeout=5)
+    try:
+        connection.request("GET", "/v1/kept-alive")
+        answer = connection.getresponse()
+        answer.read()
+        assert answer.status == 404 and answer.getheader("Connection") is None
+        replica.process.send_signal(signal.SIGTERM)
+        wait_for(lambda: worker_state(replica) == "shutdown", timeout=1.0, what="draining")
+        connection.request("GET", "/v1/same-connection")  # still served, on the same one
+        answer = connection.getresponse()
+        answer.read()
+        assert answer.status == 404 and answer.getheader("Connection") == "close"
+    finally:
+        connection.close()
+    assert replica.process.wait(timeout=15) == 0
 
 
 def test_second_signal_ends_the_wait_early(tmp_path: Path) -> None:
