@@ -2,8 +2,9 @@
 # allocbridge-config-<hash>, so a change here rolls the Deployment).
 #
 # Every replica gets this file with its own `priority` (the Deployment's init container
-# replaces the number below with a random one): Kopf peering lets only the replica with the
-# highest priority reconcile, and replicas with equal priorities would all pause.
+# replaces the number below: higher for older pods, with random low digits): Kopf peering lets
+# only the replica with the highest priority reconcile, and replicas with equal priorities would
+# all pause.
 
 controller {
   name = "allocbridge"

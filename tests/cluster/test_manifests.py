@@ -12,6 +12,7 @@ import re
 import shutil
 import subprocess
 import sys
+import time
 from pathlib import Path
 from typing import Any
 
@@ -189,11 +190,18 @@ def test_the_init_container_gives_each_pod_its_own_valid_priority(
     priorities = set()
     for run in range(2):
         config.mkdir(exist_ok=True)
+        before = int(time.time())
         done = subprocess.run(
             ["/bin/sh", "-c", script], env=env, capture_output=True, text=True, check=False
         )
+        after = int(time.time())
         assert done.returncode == 0, done.stderr
         settings = load_file(config / "allocbridge.hcl")
-        assert re.search(rf"priority = {settings.kubernetes.priority}\b", done.stdout), run
-        priorities.add(settings.kubernetes.priority)
+        priority = settings.kubernetes.priority
+        assert re.search(rf"priority = {priority}\b", done.stdout), run
+        # Seconds before 2100 in the high digits (an older pod outranks a newer one), six
+        # random digits below them (pods started in the same second still differ).
+        seconds_before_2100 = priority // 10**6
+        assert 4102444800 - after <= seconds_before_2100 <= 4102444800 - before, priority
+        priorities.add(priority)
     assert len(priorities) == 2
