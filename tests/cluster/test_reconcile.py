@@ -3,7 +3,7 @@
 Pods run on the real node (`real_namespace`): real containers that exit, are restarted in place
 by the kubelet (with its back-off), killed on pod deletion and probed. A task that must exit on
 cue runs a scripted BusyBox program (scripted.py) that `end_container` ends with a chosen code;
-one that only has to run is `idle_task` (tini above `sleep`, so TERM ends it at once). The real
+one that only has to run is `quiet_task` (tini above `sleep`, so TERM ends it at once). The real
 kubelet's own Events (Scheduled, Pulled, Started, ...) become `Driver` task events, so order
 checks look at the lifecycle events without them.
 
@@ -112,9 +112,10 @@ def container_status(kubectl: Any, namespace: str, pod: str, container: str) -> 
     return mine
 
 
-def idle_task(name: str = "main", **fields: Any) -> dict[str, Any]:
+def quiet_task(name: str = "main", **fields: Any) -> dict[str, Any]:
     """A task that only runs: tini above `sleep`, so the TERM of a pod deletion ends it at once
-    (and nothing polls, which keeps many pods cheap)."""
+    (scripted.idle_task's bare `sleep` drops it and waits for the kill timeout), and nothing
+    polls, which keeps many pods cheap."""
     config = {"image": IMAGE, "command": "/sbin/tini", "args": ["--", "sleep", "100000"]}
     return {"name": name, "driver": "docker", "config": config, **fields}
 
@@ -140,7 +141,7 @@ def alloc_manifest(
     tasks: list[dict[str, Any]] | None = None,
 ) -> dict[str, Any]:
     """An Allocation whose task `main` runs on a real node unless `tasks` says otherwise."""
-    tasks = tasks or [idle_task()]
+    tasks = tasks or [quiet_task()]
     return allocation_manifest(name, namespace, job_type=job_type, restart=restart, tasks=tasks)
 
 
@@ -489,7 +490,7 @@ def test_kubernetes_pod_events_become_task_events(
     namespace = real_namespace
     check = {"name": "alive", "type": "http", "path": "/", "interval": "1s", "timeout": "1s"}
     service = {"name": "probed", "portLabel": "8080", "checks": [check]}
-    kubectl.apply(alloc_manifest("probed", namespace, tasks=[idle_task(services=[service])]))
+    kubectl.apply(alloc_manifest("probed", namespace, tasks=[quiet_task(services=[service])]))
     wait_status(kubectl, namespace, "probed", "running")
     _, event = wait_task_event(
         kubectl, namespace, "probed", "Unhealthy", what="the kubelet's probe event as a task event"
@@ -567,7 +568,7 @@ def test_an_unschedulable_allocation_shows_the_warning_within_seconds(
     # The first write of a routine start may wait for the start (30 s); a Warning Event is
     # trouble, which cuts the wait back to the 5 s coalescing window.
     # 2,000 CPUs; no node has as many
-    task = idle_task(resources={"cpu": 2_000_000, "memoryMB": 64})
+    task = quiet_task(resources={"cpu": 2_000_000, "memoryMB": 64})
     kubectl.apply(alloc_manifest("too-big", namespace, tasks=[task]))
     state, _ = wait_task_event(
         kubectl,
