@@ -92,11 +92,11 @@ def debian_packages(roots: tuple[str, ...] = ROOT_PACKAGES) -> list[str]:
     package by its first provider), as `apt-cache depends` lists them."""
     found: set[str] = set()
     todo = list(roots)
-    while todo:
-        package = todo.pop()
-        if package in found or package in EXCLUDED_PACKAGES:
-            continue
-        found.add(package)
+    while todo:  # one apt-cache call per level of the dependency tree
+        level = sorted({p for p in todo if p not in found and p not in EXCLUDED_PACKAGES})
+        found.update(level)
+        if not level:
+            break
         listed = subprocess.run(
             [
                 "apt-cache",
@@ -107,25 +107,29 @@ def debian_packages(roots: tuple[str, ...] = ROOT_PACKAGES) -> list[str]:
                 "--no-breaks",
                 "--no-replaces",
                 "--no-enhances",
-                package,
+                *level,
             ],
             capture_output=True,
             text=True,
             check=False,
         )
         if listed.returncode != 0:
-            raise ImageBuildError(f"apt-cache depends {package}: {listed.stderr.strip()}")
-        todo.extend(_first_alternatives(listed.stdout))
+            raise ImageBuildError(f"apt-cache depends {level}: {listed.stderr.strip()}")
+        todo = _first_alternatives(listed.stdout)
     return sorted(found)
 
 
 def _first_alternatives(listing: str) -> list[str]:
     """The packages an `apt-cache depends` listing needs: of `|Depends: a` / `Depends: b`
-    (a or b) only `a`; of a virtual `<x>` the provider indented below it."""
+    (a or b) only `a`; of a virtual `<x>` the provider indented below it. A line without
+    indentation starts the next package's list."""
     wanted: list[str] = []
     in_alternatives = False
     virtual = False
-    for line in listing.splitlines()[1:]:
+    for line in listing.splitlines():
+        if not line.startswith(" "):
+            in_alternatives = virtual = False
+            continue
         match = re.match(r"^ ([ |])(Pre)?Depends: (\S+)", line)
         if match:
             bar, _, name = match.groups()
