@@ -7,9 +7,10 @@ CONTROLPLANE_BIN := .cache/controlplane/bin
 IMAGE ?= allocbridge:dev
 KIND_CLUSTER ?= allocbridge
 PYTEST_ARGS ?=
+E2E_ARGS ?=
 GO_MODULES := benchmarks/goclients tests/goclient
 
-.PHONY: all dev test lint unit bench controlplane image image-docker deploy deploy-overlay e2e-kind clean
+.PHONY: all dev test lint unit bench controlplane image image-docker deploy deploy-overlay e2e e2e-kind clean
 
 all: test
 
@@ -37,13 +38,16 @@ lint: $(BIN)/.installed
 	$(BIN)/mypy benchmarks
 	$(BIN)/mypy tests/unit tests/process tests/conftest.py
 	$(BIN)/mypy tests/cluster  # apart: its conftest shares a module name with tests/conftest.py
+	$(BIN)/mypy tests/e2e  # apart, for the same reason
 	$(BIN)/lint-imports
 	@unformatted="$$(gofmt -l $(GO_MODULES))"; test -z "$$unformatted" || \
 	  { echo "gofmt needed: $$unformatted" >&2; exit 1; }
 	for module in $(GO_MODULES); do GOTOOLCHAIN=local GOFLAGS=-mod=readonly go -C $$module vet ./... || exit 1; done
 
+# The suite, then `make e2e` in a run of its own (both need the machine's one real node).
 test: $(BIN)/.installed controlplane lint
 	ALLOCBRIDGE_CONTROLPLANE_BIN=$(abspath $(CONTROLPLANE_BIN)) $(BIN)/pytest $(PYTEST_ARGS)
+	$(MAKE) --no-print-directory e2e
 
 unit: $(BIN)/.installed
 	$(BIN)/pytest -m 'not cluster' $(PYTEST_ARGS)
@@ -65,6 +69,12 @@ image: $(BIN)/.installed
 PYTHON_IMAGE ?= python:3.11-slim-bookworm
 image-docker:
 	docker build --build-arg PYTHON_IMAGE=$(PYTHON_IMAGE) -t $(IMAGE) .
+
+# The image deployed with `make deploy` on the local cluster's real node and driven through
+# its Service: readiness, Pod Security, black-box clients, a rollout under load, failover
+# (tests/e2e/). Prints what it measured.
+e2e: $(BIN)/.installed controlplane image
+	ALLOCBRIDGE_CONTROLPLANE_BIN=$(abspath $(CONTROLPLANE_BIN)) $(BIN)/pytest tests/e2e $(E2E_ARGS)
 
 KUBECTL ?= kubectl
 DEPLOY_DIR ?= .cache/deploy
