@@ -11,6 +11,7 @@ from kubernetes_asyncio import client
 
 from allocbridge.actions import lifecycle
 from allocbridge.actions.lifecycle import ActionError, Actions, Mutation, Target
+from allocbridge.cluster.commands import CommandResult
 from allocbridge.cluster.resources import Json, Kube
 from allocbridge.lifecycle import Lifecycle, Next, Phase, Upstream
 from allocbridge.model import pid1 as pid1_rules
@@ -221,3 +222,25 @@ async def test_a_sigterm_not_sent_takes_its_restart_back() -> None:
         await restart(actions)
     assert actions.status["observed"]["main"]["userRestarts"] == 0
     assert not actions.escalations
+
+
+class ExecActions(Actions):
+    """`kill` as written, over an exec that answers what a container's `kill` reported."""
+
+    def __init__(self, exit_code: int) -> None:
+        super().__init__(cast(Kube, FakeKube(None)), cast(client.Configuration, None))
+        self.exit_code = exit_code
+
+    async def exec(self, target: Target, task: str, argv: list[str]) -> CommandResult:
+        return CommandResult(
+            stdout="", stderr="kill: boom" * (self.exit_code == 1), exit_code=self.exit_code
+        )
+
+
+async def test_a_kill_ended_with_its_container_delivered_its_signal() -> None:
+    """`kill -TERM -1` under tini ends the task, tini, and the PID namespace with the `kill` in
+    it: its 137 is the signal's success, not a failure."""
+    await ExecActions(137).kill(TARGET, "main", "SIGTERM", "-1")
+    with pytest.raises(ActionError) as failed:
+        await ExecActions(1).kill(TARGET, "main", "SIGTERM", "-1")
+    assert failed.value.status == 500 and "kill -TERM -1" in failed.value.message

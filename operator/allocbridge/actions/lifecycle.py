@@ -36,6 +36,7 @@ from allocbridge.model.signals import canonical, number
 from allocbridge.model.spec import AllocationSpec, parse_spec
 from allocbridge.model.status import MAX_EVENTS, NS, merge_patch, task_event
 
+_KILLED_WITH_ITS_CONTAINER = 128 + 9
 #: Seconds a PID 1 gets to exit once everything below it got SIGKILL, before its pod goes.
 AFTER_SIGKILL = 5.0
 
@@ -131,12 +132,16 @@ class Actions:
     async def kill(self, target: Target, task: str, signal: str, where: str) -> None:
         """`kill -SIG <where>` in the task's container; a non-zero exit is an error.
 
-        The `-SIG PID` form (PID 1 or -1) is the one procps, util-linux and busybox all parse
-        the same way: busybox refuses a `--` before the PID ("invalid number '--'"), and
-        procps 4 takes `-s SIG -1` for a second signal and fails.
+        A `kill` that ends with SIGKILL's status (137) was itself killed as the container's
+        PID namespace ended: the signal it had sent ended the task (`kill -1` spares its
+        sender), so it was delivered. The `-SIG PID` form (PID 1 or -1) is the one procps,
+        util-linux and busybox all parse the same way: busybox refuses a `--` before the PID
+        ("invalid number '--'"), and procps 4 takes `-s SIG -1` for a second signal and fails.
         """
         argv = ["kill", f"-{signal.removeprefix('SIG')}", where]
         result = await self.exec(target, task, argv)
+        if result.exit_code == _KILLED_WITH_ITS_CONTAINER:
+            return  # the signal ended the container, whose end took the `kill` with it
         if result.exit_code != 0:
             detail = result.stderr.strip() or f"exit code {result.exit_code}"
             raise ActionError(500, f'{" ".join(argv)} in task "{task}" failed: {detail}')
