@@ -4,12 +4,13 @@ The Go module in tests/goclient holds one Go test per step (see its doc.go); thi
 prepares allocations with kubectl, runs each step with `go test -run '^Step$' ./...` and the
 inputs in environment variables (NOMAD_ADDR, NOMAD_NAMESPACE and NOMAD_TOKEN, read by the
 client's `api.DefaultConfig` as the nomad CLI reads them, plus GOCLIENT_*), and then checks
-what the step did inside the pods through the harness (the signals the containers received).
-On failure the assertion carries the Go output.
+what the step did inside the pods (the signals the task's process trapped,
+tests/cluster/scripted.py). On failure the assertion carries the Go output.
 
 Two namespaces: READ holds three allocations that nothing changes (list, paging, filter,
-info, services, checks); ACT holds one allocation per action (signal, restart, pause, exec,
-stop). The ACL step has a third namespace and an operator of its own with ACLs enabled.
+info, services, checks), on kwok's node; ACT holds one allocation per action (signal, restart,
+pause, exec, stop), on the real node, where the actions reach real processes. The ACL step has
+a third namespace, also on the real node, and an operator of its own with ACLs enabled.
 
 The first `go test` downloads the module's dependencies through the Go module proxy and
 compiles them (GOFLAGS=-mod=readonly: go.sum is committed); the `go_tests` fixture does that
@@ -36,8 +37,10 @@ from running_operator import (
     http,
     install,
     quick_allocation,
+    real_node_annotations,
     service_account_kubeconfig,
 )
+from scripted import IMAGE, process_states, scripted_task, trapped_signals
 
 pytestmark = pytest.mark.cluster
 
@@ -123,15 +126,21 @@ SETUP_AND_MAIN = [
     {
         "name": "setup",
         "driver": "docker",
-        "config": {"image": "x"},
+        "config": {"image": IMAGE, "command": "true"},
         "lifecycle": {"hook": "prestart"},
     },
-    {"name": "main", "driver": "docker", "config": {"image": "x"}},
+    scripted_task(),
 ]
 
 
-def create_namespace(kubectl: Any, name: str) -> None:
-    kubectl("create", "namespace", name)
+def create_namespace(kubectl: Any, name: str, annotations: dict[str, str] | None = None) -> None:
+    kubectl.apply(
+        {
+            "apiVersion": "v1",
+            "kind": "Namespace",
+            "metadata": {"name": name, "annotations": annotations or {}},
+        }
+    )
     eventually(
         lambda: (
             kubectl("get", "serviceaccount", "default", "-n", name, check=False).returncode == 0
@@ -170,17 +179,18 @@ class World:
     def env(self, namespace: str, **variables: str) -> dict[str, str]:
         return {"NOMAD_ADDR": self.operator.api, "NOMAD_NAMESPACE": namespace, **variables}
 
-    def signals(self, name: str, task: str = "main") -> list[str | None]:
-        return [r.signal for r in self.cluster.signals(self.act, name, task)]
+    def signals(self, name: str, task: str = "main") -> list[str]:
+        """What the task's process in ACT has trapped so far."""
+        return trapped_signals(self.kubectl, self.act, name, task)
 
 
 READ_ALLOCS = {"web-a": {"group": ADMIN_SERVICE}, "web-b": {}, "web-c": {}}
 ACT_ALLOCS: dict[str, dict[str, Any]] = {
-    "sig": {},
+    "sig": {"tasks": [scripted_task(traps=("USR1", "HUP"))]},
     "rst": {"tasks": SETUP_AND_MAIN},
-    "pz": {},
-    "ex": {},
-    "stopme": {"group": {"shutdownDelay": "10s"}},
+    "pz": {"tasks": [scripted_task(traps=("CONT",))]},  # a resumed process gets SIGCONT
+    "ex": {"tasks": [scripted_task()]},
+    "stopme": {"group": {"shutdownDelay": "10s"}, "tasks": [scripted_task()]},
 }
 
 
@@ -189,14 +199,14 @@ def world(operator: Operator, cluster: Any, kubectl: Any, go_tests: None) -> Ite
     suffix = uuid.uuid4().hex[:6]
     w = World(operator, cluster, kubectl, read=f"go-read-{suffix}", act=f"go-act-{suffix}")
     try:
+        create_namespace(kubectl, w.read)
+        create_namespace(kubectl, w.act, real_node_annotations(cluster))
         for namespace, allocs in ((w.read, READ_ALLOCS), (w.act, ACT_ALLOCS)):
-            create_namespace(kubectl, namespace)
             for name, shape in allocs.items():
                 kubectl.apply(quick_allocation(name, namespace, **shape))
         for namespace, allocs in ((w.read, READ_ALLOCS), (w.act, ACT_ALLOCS)):
             for name in allocs:
                 w.ids[name] = wait_running(kubectl, operator.api, namespace, name)
-        cluster.set_handled_signals(w.act, "sig", "main", ["USR1", "HUP"])
         yield w
     finally:
         for namespace in (w.read, w.act):
@@ -233,15 +243,18 @@ def test_blocking_queries_return_after_a_change(world: World) -> None:
         "TestBlockingQueries",
         world.env(world.act, GOCLIENT_ALLOC=world.ids["sig"]),
     )
-    assert world.signals("sig")[len(before) :] == ["HUP"]  # the change that woke the queries
+    eventually(  # the change that woke the queries
+        lambda: world.signals("sig")[len(before) :] == ["HUP"], what="the task to trap SIGHUP"
+    )
 
 
 def test_signal(world: World) -> None:
     before = world.signals("sig")
     step("TestSignal", world.env(world.act, GOCLIENT_ALLOC=world.ids["sig"]))
-    assert world.signals("sig")[len(before) :] == ["USR1", "HUP"]
-    records = world.cluster.signals(world.act, "sig", "main")[len(before) :]
-    assert all(r.pids == (1,) for r in records)
+    eventually(
+        lambda: world.signals("sig")[len(before) :] == ["USR1", "HUP"],
+        what="the task to trap SIGUSR1 and SIGHUP",
+    )
 
 
 def pod_uid(world: World, name: str) -> str:
@@ -251,14 +264,16 @@ def pod_uid(world: World, name: str) -> str:
 def test_restart(world: World) -> None:
     first_pod = pod_uid(world, "rst")
     step("TestRestart", world.env(world.act, GOCLIENT_ALLOC=world.ids["rst"]))
-    # Restart(main) went to the running container (a TERM the stand-in recorded, checked by
-    # the step through its events); RestartAllTasks recreates the pod to run `setup` again.
+    # Restart(main) went to the running container (its events, checked by the step);
+    # RestartAllTasks recreates the pod to run `setup` again.
     assert pod_uid(world, "rst") != first_pod
 
 
 def test_pause(world: World) -> None:
     step("TestPause", world.env(world.act, GOCLIENT_ALLOC=world.ids["pz"]))
-    assert world.signals("pz") == ["STOP", "CONT"]
+    # SIGSTOP cannot be trapped; the SIGCONT of the resume can, and a running shell is left.
+    eventually(lambda: world.signals("pz") == ["CONT"], what="the task to be resumed")
+    assert process_states(world.kubectl, world.act, "pz", "main")["sh"] != "T"
 
 
 def test_exec(world: World) -> None:
@@ -273,7 +288,10 @@ def test_exec(world: World) -> None:
 def test_stop_without_shutdown_delay(world: World) -> None:
     step("TestStop", world.env(world.act, GOCLIENT_ALLOC=world.ids["stopme"]))
     kubectl, act = world.kubectl, world.act
-    assert kubectl("get", "pod", "stopme", "-n", act, check=False).returncode != 0
+    eventually(  # a real kubelet confirms the deletion once the container has ended
+        lambda: kubectl("get", "pod", "stopme", "-n", act, check=False).returncode != 0,
+        what="the stopped allocation's pod to be gone",
+    )
     stopped = kubectl.json("get", "allocation", "stopme", "-n", act)["status"]
     replacements = [
         a
@@ -320,6 +338,9 @@ def test_logs_jobs_and_stats(world: World, tmp_path: Path) -> None:
 # -- ACL: an operator of this module's own with ACLs enabled ------------------------------------
 
 
+GUARDED_TRAPS = ("HUP", "TERM", "USR1")  # what a denied Signal or Restart would send
+
+
 @dataclass
 class Guarded:
     acl: Operator
@@ -350,7 +371,7 @@ def guarded(
     kubeconfig = service_account_kubeconfig(kubectl, cluster.kubeconfig, folder / "kubeconfig")
     acl = Operator(folder, kubeconfig, acl=True, namespaces=(namespace,))
     try:
-        create_namespace(kubectl, namespace)
+        create_namespace(kubectl, namespace, real_node_annotations(cluster))
         tokens = {}
         for user in ("reader", "nobody"):
             kubectl("create", "serviceaccount", user, "-n", namespace)
@@ -363,7 +384,8 @@ def guarded(
         )  # fmt: skip
         reader = f"system:serviceaccount:{namespace}:reader"
         eventually(lambda: can_i(kubectl, reader, "read-job", namespace), what="the RoleBinding")
-        kubectl.apply(quick_allocation("guarded", namespace))
+        tasks = [scripted_task(traps=GUARDED_TRAPS)]
+        kubectl.apply(quick_allocation("guarded", namespace, tasks=tasks))
         acl.start()
         alloc_id = wait_running(kubectl, acl.api, namespace, "guarded", token=tokens["reader"])
         yield Guarded(acl, namespace, alloc_id, tokens["reader"], tokens["nobody"])
@@ -372,7 +394,7 @@ def guarded(
         kubectl("delete", "namespace", namespace, "--wait=false", check=False)
 
 
-def test_denied_tokens(guarded: Guarded, cluster: Any) -> None:
+def test_denied_tokens(guarded: Guarded, kubectl: Any) -> None:
     step(
         "TestDenied",
         {
@@ -383,4 +405,7 @@ def test_denied_tokens(guarded: Guarded, cluster: Any) -> None:
             "GOCLIENT_ALLOC": guarded.alloc_id,
         },
     )
-    assert cluster.signals(guarded.namespace, "guarded", "main") == []
+    # Nothing a denied token asked for reached the task, and it was not restarted.
+    assert trapped_signals(kubectl, guarded.namespace, "guarded", "main") == []
+    pod = kubectl.json("get", "pod", "guarded", "-n", guarded.namespace)
+    assert pod["status"]["containerStatuses"][0]["restartCount"] == 0

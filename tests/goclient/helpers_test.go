@@ -104,6 +104,20 @@ func eventually(t *testing.T, what string, check func() (bool, string)) {
 }
 
 // eventTypes lists a task's event types, oldest first, without driver messages.
+// lastEventTime: the time of the task's latest event of type want (0 if none).
+func lastEventTime(state *api.TaskState, want string) int64 {
+	var latest int64
+	if state == nil {
+		return latest
+	}
+	for _, event := range state.Events {
+		if event.Type == want && event.Time > latest {
+			latest = event.Time
+		}
+	}
+	return latest
+}
+
 func eventTypes(state *api.TaskState) []string {
 	var types []string
 	if state == nil {
