@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from running_operator import eventually
+from running_operator import REPO, Operator, eventually
 
 from allocbridge.localcluster import hoststate, realnode
 
@@ -153,3 +153,26 @@ def test_stopping_the_node_leaves_nothing_behind(cluster: Any, kubectl: Any) -> 
     finally:
         if getattr(cluster, "real_node", None) is None:
             cluster.start_real_node()
+
+
+def test_the_services_example_probes_really_probe_and_its_addresses_serve(
+    operator: Operator, kubectl: Any, real_namespace: str
+) -> None:
+    """examples/services-checks.yaml unchanged: its HTTP and TCP checks are the kubelet's real
+    readiness probes (the stand-in nginx serves, the sidecar's `nc` listens), so `/checks`
+    reports them passing; `/services` gives the pod IP, where the page is served."""
+    ns = real_namespace
+    kubectl("apply", "-n", ns, "-f", str(REPO / "examples" / "services-checks.yaml"))
+    uid = kubectl.json("get", "allocation", "frontend-0", "-n", ns)["metadata"]["uid"]
+
+    def passing() -> dict[str, Any] | None:
+        checks: dict[str, Any] = operator.get(f"/v1/allocation/{uid}/checks")
+        statuses = {c["Check"]: c["Status"] for c in checks.values()}
+        return checks if statuses == {"http-alive": "success", "admin-port": "success"} else None
+
+    eventually(passing, timeout=90, what="both checks to pass")
+    services = operator.get(f"/v1/allocation/{uid}/services?namespace={ns}")
+    pod_ip = kubectl.json("get", "pod", "frontend-0", "-n", ns)["status"]["podIP"]
+    frontend = [s for s in services if s["ServiceName"] == "frontend"]
+    assert frontend and {s["Address"] for s in frontend} == {pod_ip}
+    assert "Welcome to nginx!" in fetch(f"http://{pod_ip}:{frontend[0]['Port']}/")
