@@ -185,17 +185,16 @@ class RealNode:
     # -- pieces ---------------------------------------------------------------------------
 
     def _take_lock(self) -> None:
-        """One real node a machine; with ALLOCBRIDGE_REAL_NODE_WAIT=1 wait for the other one
-        to stop instead of failing (two test runs side by side)."""
+        """One real node a machine: a second one waits for the first to stop (two test runs
+        side by side), saying so."""
         fd = os.open(_LOCK, os.O_CREAT | os.O_RDWR, 0o600)
-        wait = os.environ.get("ALLOCBRIDGE_REAL_NODE_WAIT") == "1"
         try:
-            fcntl.flock(fd, fcntl.LOCK_EX | (0 if wait else fcntl.LOCK_NB))
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
-            os.close(fd)
-            raise RealNodeUnavailableError(
-                "another local cluster's real node runs on this machine (one at a time)"
-            ) from None
+            log.warning(
+                "another local cluster's real node runs on this machine; waiting for it to stop"
+            )
+            fcntl.flock(fd, fcntl.LOCK_EX)
         self._lock_fd = fd
 
     def _spawn(self, name: str, argv: list[str], env: dict[str, str] | None = None) -> None:
