@@ -1,6 +1,6 @@
 """`/v1/client/fs/logs`: query parsing, Nomad's frames, offsets and the batching pump.
 
-The Kubernetes side is tests/cluster/test_logs.py (through the real API server); here a reader
+The Kubernetes side is tests/cluster/test_alloc_logs.py (through the real API server); here a reader
 that serves fixed bytes stands in for it, to check what the endpoint makes of a log.
 """
 
