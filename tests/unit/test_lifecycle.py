@@ -11,7 +11,7 @@ from kubernetes_asyncio import client
 
 from allocbridge.actions import lifecycle
 from allocbridge.actions.lifecycle import ActionError, Actions, Mutation, Target
-from allocbridge.cluster.commands import CommandResult
+from allocbridge.cluster.commands import CommandError, CommandResult
 from allocbridge.cluster.resources import Json, Kube
 from allocbridge.lifecycle import Lifecycle, Next, Phase, Upstream
 from allocbridge.model import pid1 as pid1_rules
@@ -244,3 +244,21 @@ async def test_a_kill_ended_with_its_container_delivered_its_signal() -> None:
     with pytest.raises(ActionError) as failed:
         await ExecActions(1).kill(TARGET, "main", "SIGTERM", "-1")
     assert failed.value.status == 500 and "kill -TERM -1" in failed.value.message
+
+
+@pytest.mark.parametrize(("status", "code"), [(404, 409), (400, 409), (None, 500), (500, 500)])
+async def test_an_exec_the_api_server_refuses_is_a_task_not_running(
+    monkeypatch: pytest.MonkeyPatch, status: int | None, code: int
+) -> None:
+    """A pod that is gone (404) or a container that is restarting (400) is Nomad's 409 `Task
+    not running`; anything else stays an internal fault, with its text."""
+
+    async def refused(*_: object) -> CommandResult:
+        raise CommandError("the API server refused the exec", status=status)
+
+    monkeypatch.setattr(lifecycle, "run_command", refused)
+    actions = Actions(cast(Kube, FakeKube(None)), cast(client.Configuration, None))
+    with pytest.raises(ActionError) as failed:
+        await actions.exec(TARGET, "main", ["kill", "-TERM", "1"])
+    assert failed.value.status == code
+    assert failed.value.message == "Task not running" or "refused the exec" in failed.value.message

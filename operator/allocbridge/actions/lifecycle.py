@@ -36,6 +36,7 @@ from allocbridge.model.signals import canonical, number
 from allocbridge.model.spec import AllocationSpec, parse_spec
 from allocbridge.model.status import MAX_EVENTS, NS, merge_patch, task_event
 
+TASK_NOT_RUNNING = "Task not running"
 _KILLED_WITH_ITS_CONTAINER = 128 + 9
 #: Seconds a PID 1 gets to exit once everything below it got SIGKILL, before its pod goes.
 AFTER_SIGKILL = 5.0
@@ -112,6 +113,11 @@ class Actions:
         try:
             return await run_command(self.configuration, target.namespace, target.name, task, argv)
         except CommandError as exc:
+            if exc.status is not None and 400 <= exc.status < 500:
+                # The pod is gone or its container is not running (restarting, ended): what
+                # Nomad answers for an action on a task that is not running.
+                log.info("the exec was refused", extra={"task": task, "error": str(exc)})
+                raise ActionError(409, TASK_NOT_RUNNING) from exc
             text = str(exc)
             if "executable file not found" in text or "no such file" in text.lower():
                 raise ActionError(
@@ -220,7 +226,7 @@ class Actions:
         obj, spec = await self.load(target)
         tasks = self._running_tasks(obj, spec, task)
         if not tasks:  # no task named and none running: an error, never a silent success
-            raise ActionError(409, "Task not running")
+            raise ActionError(409, TASK_NOT_RUNNING)
         routes: dict[str, str] = {}
         failures = []
         for t in tasks:  # every task is checked before anything is sent or recorded
@@ -258,7 +264,7 @@ class Actions:
             if spec.task(task) is None:
                 raise ActionError(404, "Task not found")
             if (states.get(task) or {}).get("state") != "running":
-                raise ActionError(409, "Task not running")
+                raise ActionError(409, TASK_NOT_RUNNING)
             return [task]
         return [t.name for t in spec.tasks if (states.get(t.name) or {}).get("state") == "running"]
 

@@ -13,6 +13,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
+import aiohttp
 from kubernetes_asyncio import client
 from kubernetes_asyncio.stream import WsApiClient
 
@@ -30,7 +31,15 @@ class CommandResult:
 
 
 class CommandError(Exception):
-    """The command could not be run at all (no such container, no such binary, ...)."""
+    """The command could not be run at all (no such container, no such binary, ...).
+
+    `status` is the HTTP status with which the API server refused the exec (404: the pod is
+    gone; 400: its container is not running, e.g. restarting), None when it started and failed.
+    """
+
+    def __init__(self, message: str, *, status: int | None = None) -> None:
+        super().__init__(message)
+        self.status = status
 
 
 async def run_command(
@@ -41,6 +50,25 @@ async def run_command(
     argv: Sequence[str],
 ) -> CommandResult:
     """Run `argv` in the container; raises CommandError when it cannot start."""
+    try:
+        return await _run(configuration, namespace, pod, container, argv)
+    except aiohttp.WSServerHandshakeError as exc:
+        raise CommandError(
+            f"the API server refused the exec: {exc.status} {exc.message}", status=exc.status
+        ) from exc
+    except client.ApiException as exc:
+        raise CommandError(
+            f"the API server refused the exec: {exc.status} {exc.reason}", status=exc.status
+        ) from exc
+
+
+async def _run(
+    configuration: client.Configuration,
+    namespace: str,
+    pod: str,
+    container: str,
+    argv: Sequence[str],
+) -> CommandResult:
     async with WsApiClient(configuration=configuration) as ws_api:
         core: Any = client.CoreV1Api(api_client=ws_api)  # the stubs do not model raw sockets
         out: list[bytes] = []
