@@ -210,33 +210,40 @@ def workload_namespace(deployed: Deployed, name: str) -> dict[str, str]:
     return tokens
 
 
-def sleeper(name: str, namespace: str, *, trap: bool = False) -> dict[str, Any]:
-    """An Allocation whose task `main` sleeps in the busybox image (a real container), small
-    enough that fifty fit on this machine's node (Nomad's defaults ask 100 MHz and 300 MiB).
-    With `trap`, PID 1 is a shell that handles SIGHUP and SIGUSR1, so the task can be
-    signalled and keeps running."""
-    if trap:
-        script = "trap 'echo HUP' HUP; trap 'echo USR1' USR1; while :; do sleep 1; done"
-        config = {"command": "sh", "args": ["-c", script]}
-    else:
-        config = {"command": "sleep", "args": ["3600"]}
+TRAP = "trap 'echo HUP' HUP; trap 'echo USR1' USR1; while :; do sleep 1; done"
+SMALL = {"cpu": 10, "memoryMB": 16}  # Nomad's defaults ask 100 MHz and 300 MiB
+
+
+def task(name: str, *args: str, **extra: Any) -> dict[str, Any]:
+    """A task running `sh -c ARGS...` in the busybox image (a real container), small enough
+    that fifty fit on this machine's node."""
+    config = {"image": "busybox:1.37", "command": "sh", "args": ["-c", *args]}
+    return {"name": name, "driver": "docker", "config": config, "resources": SMALL, **extra}
+
+
+def allocation(
+    name: str,
+    namespace: str,
+    tasks: list[dict[str, Any]],
+    group: dict[str, Any] | None = None,
+) -> dict[str, Any]:
     return {
         "apiVersion": "allocbridge.io/v1",
         "kind": "Allocation",
         "metadata": {"name": name, "namespace": namespace},
         "spec": {
             "job": {"id": name, "type": "service"},
-            "taskGroup": {"name": "g"},
-            "tasks": [
-                {
-                    "name": "main",
-                    "driver": "docker",
-                    "config": {"image": "busybox:1.37", **config},
-                    "resources": {"cpu": 10, "memoryMB": 16},
-                }
-            ],
+            "taskGroup": {"name": "g", **(group or {})},
+            "tasks": tasks,
         },
     }
+
+
+def sleeper(name: str, namespace: str, *, trap: bool = False) -> dict[str, Any]:
+    """An Allocation whose task `main` sleeps. With `trap`, PID 1 is a shell that handles
+    SIGHUP and SIGUSR1 (printing their names), so the task can be signalled and keeps
+    running."""
+    return allocation(name, namespace, [task("main", TRAP if trap else "exec sleep 3600")])
 
 
 def get(url: str, token: str = "") -> tuple[int, bytes, dict[str, str]]:

@@ -19,19 +19,23 @@ import nomad
 import pytest
 from e2e_support import (
     NAMESPACE,
+    TRAP,
     Deployed,
     Traffic,
     Watcher,
+    allocation,
     eventually,
     go_test,
     ready,
     report,
     sleeper,
+    task,
     wait_running,
     workload_namespace,
 )
 
-WORK = "e2e-work"
+WORK = "e2e-work"  # three allocations nothing changes but signals, for reads and exec
+ACT = "e2e-act"  # one allocation per action that changes it (pause, stop)
 BURST = "e2e-burst"
 BURST_SIZE = 50
 
@@ -44,6 +48,20 @@ def work(deployed: Deployed) -> Iterator[tuple[dict[str, str], list[str]]]:
     for name in names:
         deployed.kubectl.apply(sleeper(name, WORK, trap=True))
     yield tokens, wait_running(deployed, WORK, names, tokens["reader"])
+
+
+@pytest.fixture(scope="module")
+def act(deployed: Deployed) -> Iterator[tuple[dict[str, str], dict[str, str]]]:
+    """Namespace ACT with tokens per shipped role and its allocations by name -> ID."""
+    tokens = workload_namespace(deployed, ACT)
+    shapes = {
+        "pz": sleeper("pz", ACT, trap=True),
+        "stopme": allocation("stopme", ACT, [task("main", TRAP)], {"shutdownDelay": "10s"}),
+    }
+    for manifest in shapes.values():
+        deployed.kubectl.apply(manifest)
+    ids = wait_running(deployed, ACT, list(shapes), tokens["reader"])
+    yield tokens, dict(zip(shapes, ids, strict=True))
 
 
 def test_both_replicas_are_ready_under_the_restricted_pod_security_level(
@@ -96,11 +114,19 @@ def test_the_image_holds_the_operator_and_not_the_test_control_plane(deployed: D
 
 
 def test_black_box_clients_through_the_service_with_role_bound_tokens(
-    deployed: Deployed, work: tuple[dict[str, str], list[str]]
+    deployed: Deployed,
+    work: tuple[dict[str, str], list[str]],
+    act: tuple[dict[str, str], dict[str, str]],
 ) -> None:
     """Steps of the official Go client's suite (tests/goclient: List, Info, BlockingQueries,
-    Signal, Exec, Denied) and python-nomad, against the ClusterIP, with ACLs on: the reader's
-    token reads, the operator's signals and execs, an unbound token is refused."""
+    Signal, Exec, Denied, Pause, Stop, UnknownAllocation) and python-nomad, against the
+    ClusterIP, with ACLs on: the reader's token reads, the operator's signals and execs, the
+    admin's pauses and stops, an unbound token is refused.
+
+    Left out of the Go suite: ServicesAndChecks and LogsJobsAndStats (their fixtures are
+    shaped for kwok's node), and Restart: against the two deployed replicas its task keeps
+    Killing, Terminated, Restarting and Started but loses the Restart Signaled event that
+    the serving replica wrote (reported, not yet fixed)."""
     tokens, ids = work
     began = time.monotonic()
     base = {"NOMAD_ADDR": deployed.api, "NOMAD_NAMESPACE": WORK}
@@ -131,6 +157,25 @@ def test_black_box_clients_through_the_service_with_role_bound_tokens(
         },
     )
 
+    # The task's shell printed the signals it trapped (both arrive during one `sleep 1`; the
+    # shell then runs pending traps by signal number, so the order is not the sending order).
+    trapped: list[str] = []
+
+    def printed() -> bool:
+        pod = _pod_of(deployed, WORK, ids[2])
+        trapped[:] = deployed.kubectl("logs", "-n", WORK, pod).stdout.split()
+        return sorted(trapped) == ["HUP", "USR1"]
+
+    try:
+        eventually(printed, what="web-c's task to trap SIGUSR1 and SIGHUP")
+    except AssertionError as exc:
+        raise AssertionError(f"{exc}; its log: {trapped}") from None
+    act_tokens, act_ids = act
+    admin = {"NOMAD_ADDR": deployed.api, "NOMAD_NAMESPACE": ACT, "NOMAD_TOKEN": act_tokens["admin"]}
+    go_test("^TestPause$", {**admin, "GOCLIENT_ALLOC": act_ids["pz"]})
+    go_test("^TestStop$", {**admin, "GOCLIENT_ALLOC": act_ids["stopme"]})
+    go_test("^TestUnknownAllocation$", admin)
+
     client = nomad.Nomad(
         host=deployed.service_ip, port=4646, token=tokens["reader"], namespace=WORK, timeout=30
     )
@@ -145,7 +190,8 @@ def test_black_box_clients_through_the_service_with_role_bound_tokens(
     operator.client.allocation.signal_allocation(ids[2], signal="SIGHUP")
     report(
         f"black box through the Service {deployed.service_ip}:4646 with ACLs: Go client "
-        f"TestList, TestInfo, TestBlockingQueries, TestSignal, TestExec, TestDenied and "
+        f"TestList, TestInfo, TestBlockingQueries, TestSignal, TestExec, TestDenied, "
+        f"TestPause, TestStop, TestUnknownAllocation and "
         f"python-nomad list/read/signal/403 passed in "
         f"{time.monotonic() - began:.1f}s"
     )
@@ -205,6 +251,17 @@ async def test_rollout_restart_under_load_fails_no_request(
         assert line.health_503 <= line.not_serving < line.listener_closed, line
         assert line.not_ready < line.listener_closed, line
     assert len(deployed.ready_pods()) == 2
+
+
+def _pod_of(deployed: Deployed, namespace: str, alloc_id: str) -> str:
+    """The name of the pod of the allocation with this ID (its owner)."""
+    pods = deployed.kubectl.json("get", "pods", "-n", namespace)["items"]
+    (name,) = [
+        p["metadata"]["name"]
+        for p in pods
+        if any(r["uid"] == alloc_id for r in p["metadata"].get("ownerReferences") or [])
+    ]
+    return str(name)
 
 
 def _s(value: float | None) -> str:
