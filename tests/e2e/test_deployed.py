@@ -124,9 +124,9 @@ def test_black_box_clients_through_the_service_with_role_bound_tokens(
     admin's pauses and stops, an unbound token is refused.
 
     Left out of the Go suite: ServicesAndChecks and LogsJobsAndStats (their fixtures are
-    shaped for kwok's node), and Restart: against the two deployed replicas its task keeps
-    Killing, Terminated, Restarting and Started but loses the Restart Signaled event that
-    the serving replica wrote (reported, not yet fixed)."""
+    shaped for kwok's node), and Restart: against the deployed replicas its task's events
+    show Killing, Terminated, Restarting and Started but not the Restart Signaled event the
+    action writes (reported, not yet traced: the action's status write or the reconciler's)."""
     tokens, ids = work
     began = time.monotonic()
     base = {"NOMAD_ADDR": deployed.api, "NOMAD_NAMESPACE": WORK}
