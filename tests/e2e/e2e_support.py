@@ -214,10 +214,13 @@ TRAP = "trap 'echo HUP' HUP; trap 'echo USR1' USR1; while :; do sleep 1; done"
 SMALL = {"cpu": 10, "memoryMB": 16}  # Nomad's defaults ask 100 MHz and 300 MiB
 
 
-def task(name: str, *args: str, **extra: Any) -> dict[str, Any]:
+def task(name: str, *args: str, tini: bool = False, **extra: Any) -> dict[str, Any]:
     """A task running `sh -c ARGS...` in the busybox image (a real container), small enough
-    that fifty fit on this machine's node."""
-    config = {"image": "busybox:1.37", "command": "sh", "args": ["-c", *args]}
+    that fifty fit on this machine's node. With `tini`, tini is PID 1 and passes signals on
+    to the shell, which then ends on a SIGTERM it does not trap (a bare shell PID 1 ignores
+    it, so a restart would have to replace the pod)."""
+    command = ["/sbin/tini", "--", "sh", "-c", *args] if tini else ["sh", "-c", *args]
+    config = {"image": "busybox:1.37", "command": command[0], "args": command[1:]}
     return {"name": name, "driver": "docker", "config": config, "resources": SMALL, **extra}
 
 

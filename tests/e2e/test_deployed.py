@@ -35,7 +35,7 @@ from e2e_support import (
 )
 
 WORK = "e2e-work"  # three allocations nothing changes but signals, for reads and exec
-ACT = "e2e-act"  # one allocation per action that changes it (pause, stop)
+ACT = "e2e-act"  # one allocation per action that changes it (restart, pause, stop)
 BURST = "e2e-burst"
 BURST_SIZE = 50
 
@@ -55,6 +55,11 @@ def act(deployed: Deployed) -> Iterator[tuple[dict[str, str], dict[str, str]]]:
     """Namespace ACT with tokens per shipped role and its allocations by name -> ID."""
     tokens = workload_namespace(deployed, ACT)
     shapes = {
+        "rst": allocation(
+            "rst",
+            ACT,
+            [task("setup", "true", lifecycle={"hook": "prestart"}), task("main", TRAP, tini=True)],
+        ),
         "pz": sleeper("pz", ACT, trap=True),
         "stopme": allocation("stopme", ACT, [task("main", TRAP)], {"shutdownDelay": "10s"}),
     }
@@ -119,14 +124,11 @@ def test_black_box_clients_through_the_service_with_role_bound_tokens(
     act: tuple[dict[str, str], dict[str, str]],
 ) -> None:
     """Steps of the official Go client's suite (tests/goclient: List, Info, BlockingQueries,
-    Signal, Exec, Denied, Pause, Stop, UnknownAllocation) and python-nomad, against the
-    ClusterIP, with ACLs on: the reader's token reads, the operator's signals and execs, the
-    admin's pauses and stops, an unbound token is refused.
-
-    Left out of the Go suite: ServicesAndChecks and LogsJobsAndStats (their fixtures are
-    shaped for kwok's node), and Restart: against the deployed replicas its task's events
-    show Killing, Terminated, Restarting and Started but not the Restart Signaled event the
-    action writes (reported, not yet traced: the action's status write or the reconciler's)."""
+    Signal, Exec, Denied, Restart, Pause, Stop, UnknownAllocation) and python-nomad, against
+    the ClusterIP, with ACLs on: the reader's token reads, the operator's signals and execs,
+    the admin's restarts, pauses and stops, an unbound token is refused. Left out of the Go
+    suite: ServicesAndChecks and LogsJobsAndStats, whose fixtures are shaped for kwok's node
+    (tests/cluster/test_go_client.py runs them)."""
     tokens, ids = work
     began = time.monotonic()
     base = {"NOMAD_ADDR": deployed.api, "NOMAD_NAMESPACE": WORK}
@@ -172,6 +174,7 @@ def test_black_box_clients_through_the_service_with_role_bound_tokens(
         raise AssertionError(f"{exc}; its log: {trapped}") from None
     act_tokens, act_ids = act
     admin = {"NOMAD_ADDR": deployed.api, "NOMAD_NAMESPACE": ACT, "NOMAD_TOKEN": act_tokens["admin"]}
+    go_test("^TestRestart$", {**admin, "GOCLIENT_ALLOC": act_ids["rst"]})
     go_test("^TestPause$", {**admin, "GOCLIENT_ALLOC": act_ids["pz"]})
     go_test("^TestStop$", {**admin, "GOCLIENT_ALLOC": act_ids["stopme"]})
     go_test("^TestUnknownAllocation$", admin)
@@ -191,7 +194,7 @@ def test_black_box_clients_through_the_service_with_role_bound_tokens(
     report(
         f"black box through the Service {deployed.service_ip}:4646 with ACLs: Go client "
         f"TestList, TestInfo, TestBlockingQueries, TestSignal, TestExec, TestDenied, "
-        f"TestPause, TestStop, TestUnknownAllocation and "
+        f"TestRestart, TestPause, TestStop, TestUnknownAllocation and "
         f"python-nomad list/read/signal/403 passed in "
         f"{time.monotonic() - began:.1f}s"
     )
