@@ -1,9 +1,10 @@
 """What every measurement runs on: the local control plane, operator processes and clients.
 
 - `Bench`: one `LocalCluster` (its own temporary state directory), the CRDs and RBAC of
-  `crds/` and `manifests/`, a kwok node, the operator's ServiceAccount kubeconfig, a client
-  token bound to `allocbridge-admin`, and HTTP clients for the API server (admin certificate)
-  and for the operators' `/v1` (the client token, as any Nomad client would send it).
+  `crds/` and `manifests/`, a kwok node (and, for the interactive section, the dedicated real
+  node, where only pods of annotated namespaces go), the operator's ServiceAccount kubeconfig,
+  a client token bound to `allocbridge-admin`, and HTTP clients for the API server (admin
+  certificate) and for the operators' `/v1` (the client token, as any Nomad client sends it).
 - `OperatorProcess`: one real `allocbridge run` process with a configuration written here;
   `rss()` and `peak_rss()` read its `/proc/<pid>/status`.
 - `/proc` readings: resident memory, the machine, and CPU accounting that tells how much of
@@ -36,7 +37,9 @@ import yaml
 
 from allocbridge.config import AclSettings, KubernetesSettings, local_settings, render
 from allocbridge.localcluster import LocalCluster
+from allocbridge.localcluster.binaries import BinariesMissingError
 from allocbridge.localcluster.pki import Pki, write_token_kubeconfig
+from allocbridge.localcluster.realnode import why_unavailable
 
 REPO: Final = Path(__file__).resolve().parents[1]
 GROUP: Final = "allocbridge.io"
@@ -444,8 +447,20 @@ class OperatorProcess:
 class Bench:
     """The cluster and everything installed in it; `close()` stops what was started here."""
 
-    def __init__(self, state_dir: Path | None) -> None:
+    def __init__(self, state_dir: Path | None, *, real_node: bool = False) -> None:
+        """`real_node`: also a dedicated real node (its pods come from namespaces annotated
+        with `realnode.NAMESPACE_ANNOTATIONS`), unless `no_real_node` says why it cannot run."""
         self.cluster = LocalCluster(state_dir=state_dir)
+        self.no_real_node: str | None = "not asked for"
+        if real_node:
+            try:
+                self.no_real_node = why_unavailable(self.cluster.binaries.kubectl.parent)
+            except BinariesMissingError as exc:  # start() fails with the same message
+                self.no_real_node = str(exc)
+            if self.no_real_node is None:
+                self.cluster = LocalCluster(
+                    state_dir=state_dir, real_node=True, dedicated_real_node=True
+                )
         self.folder = Path()
         self.kube: Kube | None = None
         self.operator_kubeconfig = Path()
@@ -547,11 +562,16 @@ class Bench:
             raise BenchError(f"kubectl {' '.join(args)}: {done.stderr.strip()}")
         return done
 
-    async def ensure_namespace(self, name: str) -> None:
+    async def ensure_namespace(
+        self, name: str, annotations: Mapping[str, str] | None = None
+    ) -> None:
+        metadata: Json = {"name": name}
+        if annotations:
+            metadata["annotations"] = dict(annotations)
         await self.api.request(
             "POST",
             "/api/v1/namespaces",
-            {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": name}},
+            {"apiVersion": "v1", "kind": "Namespace", "metadata": metadata},
             ok=(201, 409),
         )
         deadline = time.monotonic() + 60

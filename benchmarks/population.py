@@ -76,15 +76,22 @@ async def create_seed(bench: Bench, namespace: str, name: str, patience: float =
     """One allocation reconciled by a real operator until its task runs; returns the object."""
     await bench.ensure_namespace(namespace)
     await bench.api.post(collection(namespace), allocation(name, namespace, "bench-seed"))
+    return await wait_running(bench, namespace, name, "main", patience)
+
+
+async def wait_running(
+    bench: Bench, namespace: str, name: str, task_name: str, patience: float = 120
+) -> Json:
+    """Wait until the allocation and its task run; returns the object."""
     deadline = time.monotonic() + patience
     while True:
         obj = await bench.api.get(f"{collection(namespace)}/{name}")
         status = obj.get("status") or {}
-        task = (status.get("taskStates") or {}).get("main") or {}
+        task = (status.get("taskStates") or {}).get(task_name) or {}
         if status.get("clientStatus") == "running" and task.get("state") == "running":
             return obj
         if time.monotonic() > deadline:
-            raise BenchError(f"seed allocation not running after {patience}s: {status}")
+            raise BenchError(f"allocation {name} not running after {patience}s: {status}")
         await asyncio.sleep(0.2)
 
 
