@@ -1,7 +1,8 @@
 """`python -m benchmarks`: run the measurements on a local control plane and print one table.
 
-Order: the control plane and allocbridge's manifests; a reconciling operator and one seed
-allocation running on a pod; exec and reconciliation against it; then that operator stops and a
+Order: the control plane (with the real node when the interactive section runs) and
+allocbridge's manifests; a reconciling operator and one seed allocation running on a pod; exec,
+interactive exec (a shell on the real node) and reconciliation; then that operator stops and a
 standby replica serves the store measurements (10,000 allocations, no pods; see
 `population`): footprint, blocking queries, listing, paging. Everything started here is
 stopped at the end, on Ctrl-C and on SIGTERM.
@@ -21,7 +22,17 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Final
 
-from benchmarks import blocking, exec_stream, footprint, listing, paging, reconcile, writes
+from allocbridge.localcluster import realnode
+from benchmarks import (
+    blocking,
+    exec_stream,
+    footprint,
+    interactive,
+    listing,
+    paging,
+    reconcile,
+    writes,
+)
 from benchmarks.harness import (
     Bench,
     BenchError,
@@ -44,7 +55,15 @@ from benchmarks.population import (
 )
 from benchmarks.table import Report, Row, render_report
 
-DEFAULT_SECTIONS: Final = ("listing", "paging", "blocking", "exec", "reconcile", "footprint")
+DEFAULT_SECTIONS: Final = (
+    "listing",
+    "paging",
+    "blocking",
+    "exec",
+    "interactive",
+    "reconcile",
+    "footprint",
+)
 #: Every section; `writes` is a diagnostic of the reconciliation's API server work, run on request.
 SECTIONS: Final = (*DEFAULT_SECTIONS, "writes")
 STORE_SECTIONS: Final = frozenset({"listing", "paging", "blocking", "footprint"})
@@ -53,11 +72,13 @@ TITLES: Final = {
     "paging": paging.SECTION,
     "blocking": blocking.SECTION,
     "exec": exec_stream.SECTION,
+    "interactive": interactive.SECTION,
     "reconcile": reconcile.SECTION,
     "footprint": footprint.SECTION,
     "writes": writes.SECTION,
 }
 EXEC_NS: Final = "bench-exec"
+INTERACTIVE_NS: Final = "bench-interactive"  # annotated: its pods go to the real node
 RECONCILE_NS: Final = "bench-reconcile"
 LIST_NAMESPACES: Final = 4
 BUDGET_MINUTES: Final = 15
@@ -84,6 +105,12 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     timing.add_argument("--per-page", type=int, default=100, help="page size of the walk")
     timing.add_argument("--walks", type=int, default=5, help="paging walks per side")
     timing.add_argument("--exec-runs", type=int, default=3, help="exec sessions per side")
+    timing.add_argument(
+        "--keystrokes", type=int, default=200, help="timed keystrokes per side (interactive)"
+    )
+    timing.add_argument(
+        "--shell-sessions", type=int, default=10, help="shell sessions per side (interactive)"
+    )
     timing.add_argument(
         "--reconcile-rounds", type=int, default=3, help="reconciliation rounds per side"
     )
@@ -112,6 +139,8 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
         "exec_mb",
         "reconcile",
         "exec_runs",
+        "keystrokes",
+        "shell_sessions",
         "reconcile_rounds",
         "samples",
         "walks",
@@ -124,7 +153,7 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
 
 
 async def run(options: argparse.Namespace, report: Report) -> None:
-    bench = Bench(options.state_dir)
+    bench = Bench(options.state_dir, real_node="interactive" in options.sections)
     atexit.register(bench.stop_operators)
     rows: list[Row] = []
     try:
@@ -156,7 +185,7 @@ async def _with_reconciler(
     """Exec and reconciliation; returns their rows and the seed's status, which the store
     allocations copy."""
     rows: list[Row] = []
-    operator = bench.operator("reconciler", namespaces=(EXEC_NS, RECONCILE_NS))
+    operator = bench.operator("reconciler", namespaces=(EXEC_NS, INTERACTIVE_NS, RECONCILE_NS))
     log("starting a reconciling operator (standalone, ServiceAccount token, ACL on)")
     await operator.start()
     seed = await create_seed(bench, EXEC_NS, "seed")
@@ -172,6 +201,18 @@ async def _with_reconciler(
             )
         else:
             report.notes.append("Exec was skipped: this build has no exec endpoint.")
+    if "interactive" in options.sections:
+        if bench.no_real_node is None:
+            shell = await interactive.create_target(
+                bench, INTERACTIVE_NS, realnode.NAMESPACE_ANNOTATIONS
+            )
+            rows += await interactive.measure(
+                bench, operator, shell, options.keystrokes, options.shell_sessions
+            )
+        else:
+            report.notes.append(
+                f"Interactive exec was skipped: it runs on the real node, and {bench.no_real_node}."
+            )
     if "reconcile" in options.sections:
         rows += await reconcile.measure(
             bench, RECONCILE_NS, options.reconcile, options.reconcile_rounds, operator.pid

@@ -1,0 +1,457 @@
+"""Interactive exec: a shell's keystroke echo and its session setup, on the real node.
+
+What a person at `nomad alloc exec -t ... sh` feels is not throughput but how long a keystroke
+takes to show and how long the prompt takes to appear. Both are measured against a shell in a
+task on the local cluster's real node (`busybox:1.37`, the local stand-in: BusyBox `sh` under
+a tty allocated by containerd and runc), because kwok's pods run exec'd commands on this
+machine without a tty of their own.
+
+- allocbridge: Nomad's exec WebSocket (`/v1/client/allocation/:id/exec?tty=true`, command
+  `["sh"]`) through aiohttp's client, in the frames of `allocbridge/api/exec.py`: a `tty_size`
+  frame first (24x80, as the nomad CLI sends its terminal's), then `stdin` frames; `stdout`
+  frames are base64-decoded.
+- Peer: the built `kubectl exec -it POD -c main -- sh` through the same API server, its stdin
+  and stdout the slave of a pseudo-terminal (kubectl allocates a remote tty only when its stdin
+  is a terminal; its own stderr goes to a file, shown on failure), read from the master side in
+  the same event loop. The slave is put in raw mode before kubectl starts, so nothing is echoed
+  locally: every echo comes from the pod.
+
+Figures (rows `keystroke echo` p50 and p99, `session setup`; goal at most 1.2x kubectl each):
+
+- Keystroke: from writing one character (a WebSocket frame; a write to the master) until its
+  echo has come back: through the client, the API server, the kubelet, the container's tty and
+  BusyBox's line editor, which echoes it, and back. Each one is erased (DEL, its echo awaited,
+  untimed) so the line stays empty. The first `KEY_WARMUP` of each session are not counted.
+- Setup: from the request until the first output byte (the shell's prompt or banner).
+  allocbridge: from `ws_connect` on (upgrade, authorization, the operator's exec to the API
+  server); kubectl: from its process spawn on, as `exec_stream` counts it (process start,
+  kubeconfig, the pod read, the exec upgrade). One unrecorded session per side comes first.
+
+Sessions alternate sides, the order flipping each round; one session is open at a time.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import contextlib
+import fcntl
+import json
+import math
+import os
+import struct
+import subprocess
+import termios
+import time
+import tty
+import urllib.parse
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Final, Protocol
+
+import aiohttp
+
+from benchmarks.harness import Bench, BenchError, Json, OperatorProcess, log
+from benchmarks.population import collection, wait_running
+from benchmarks.table import Row, median, percentile, within
+
+SECTION: Final = "Interactive exec"
+GOAL: Final = 1.2
+IMAGE: Final = "busybox:1.37"
+TASK: Final = "main"
+SHELL: Final = ("sh",)
+ROWS: Final = 24
+COLUMNS: Final = 80
+KEY: Final = b"x"
+ERASE: Final = b"\x7f"
+#: What BusyBox's line editor writes for a DEL at the end of the line: back one, clear to the end.
+ERASE_ECHO: Final = b"\x08\x1b[J"
+EXIT: Final = b"\x04"  # Ctrl-D on an empty line: the shell exits
+KEY_WARMUP: Final = 2
+QUIET: Final = 0.3  # seconds without output that end the banner and prompt after setup
+PATIENCE: Final = 20.0
+
+
+# --- Nomad's frames (pure) -------------------------------------------------------------------
+
+
+def stdin_frame(data: bytes) -> str:
+    return json.dumps({"stdin": {"data": base64.b64encode(data).decode()}})
+
+
+def tty_size_frame(height: int, width: int) -> str:
+    return json.dumps({"tty_size": {"height": height, "width": width}})
+
+
+@dataclass(frozen=True)
+class ServerFrame:
+    """What one server frame carries: output bytes (stdout or stderr) and, at the end, the exit
+    code (`exited` true); heartbeats `{}` carry neither."""
+
+    output: bytes = b""
+    exited: bool = False
+    exit_code: int | None = None
+
+
+def parse_server_frame(text: str) -> ServerFrame:
+    try:
+        frame = json.loads(text)
+    except ValueError as exc:
+        raise BenchError(f"not a JSON exec frame: {text[:120]!r}") from exc
+    if not isinstance(frame, dict):
+        raise BenchError(f"not an exec frame: {text[:120]!r}")
+    output = b""
+    for stream in ("stdout", "stderr"):
+        part = frame.get(stream)
+        if isinstance(part, dict) and part.get("data"):
+            output += base64.b64decode(part["data"])
+    if frame.get("exited"):
+        code = (frame.get("result") or {}).get("exit_code", 0)
+        return ServerFrame(output, exited=True, exit_code=int(code))
+    return ServerFrame(output)
+
+
+# --- what came back (pure) -------------------------------------------------------------------
+
+
+@dataclass
+class Received:
+    """Output of a session so far; `take_through` consumes it up to an expected echo."""
+
+    pending: bytearray = field(default_factory=bytearray)
+    total: int = 0
+
+    def add(self, data: bytes) -> None:
+        self.pending += data
+        self.total += len(data)
+
+    def take_through(self, marker: bytes) -> bool:
+        """Drop everything up to and including the first `marker`; False when it is not there."""
+        at = self.pending.find(marker)
+        if at < 0:
+            return False
+        del self.pending[: at + len(marker)]
+        return True
+
+    def clear(self) -> None:
+        self.pending.clear()
+
+
+def counted(samples: Sequence[float], warmup: int) -> list[float]:
+    """A session's keystroke times without its first `warmup` ones."""
+    return list(samples[warmup:])
+
+
+def keys_per_session(keys: int, sessions: int) -> int:
+    """Timed keystrokes in each session so that the sessions together time at least `keys`."""
+    return math.ceil(keys / sessions)
+
+
+# --- sessions ---------------------------------------------------------------------------------
+
+
+class Session(Protocol):
+    received: Received
+
+    async def send(self, data: bytes) -> None: ...
+
+    async def more(self, patience: float) -> bool:
+        """Wait up to `patience` s for more output; False when none came (or the session ended)."""
+        ...
+
+    async def close(self) -> None: ...
+
+
+async def wait_for(session: Session, marker: bytes, what: str) -> None:
+    deadline = time.monotonic() + PATIENCE
+    while not session.received.take_through(marker):
+        left = deadline - time.monotonic()
+        if left <= 0 or not await session.more(left):
+            raise BenchError(
+                f"interactive exec: no {what} ({marker!r}) in {PATIENCE:.0f}s; "
+                f"got {bytes(session.received.pending[-200:])!r}"
+            )
+
+
+async def wait_first_byte(session: Session) -> None:
+    deadline = time.monotonic() + PATIENCE
+    while session.received.total == 0:
+        left = deadline - time.monotonic()
+        if left <= 0 or not await session.more(left):
+            raise BenchError(f"interactive exec: no output in {PATIENCE:.0f}s")
+
+
+async def drain(session: Session) -> None:
+    """Read the rest of the banner and prompt: until no output comes for `QUIET` seconds."""
+    while await session.more(QUIET):
+        pass
+    session.received.clear()
+
+
+class NomadSession:
+    """A shell through allocbridge's exec WebSocket."""
+
+    def __init__(self, ws: aiohttp.ClientWebSocketResponse) -> None:
+        self.ws = ws
+        self.received = Received()
+        self.exit_code: int | None = None
+
+    @classmethod
+    async def open(
+        cls, http: aiohttp.ClientSession, replica: OperatorProcess, alloc_id: str
+    ) -> NomadSession:
+        query = urllib.parse.urlencode(
+            {"task": TASK, "tty": "true", "command": json.dumps(list(SHELL))}
+        )
+        url = f"{replica.api}/v1/client/allocation/{alloc_id}/exec?{query}"
+        session = cls(await http.ws_connect(url))
+        await session.ws.send_str(tty_size_frame(ROWS, COLUMNS))
+        return session
+
+    async def send(self, data: bytes) -> None:
+        await self.ws.send_str(stdin_frame(data))
+
+    async def more(self, patience: float) -> bool:
+        while True:
+            try:
+                message = await self.ws.receive(timeout=patience)
+            except TimeoutError:
+                return False
+            if message.type != aiohttp.WSMsgType.TEXT:
+                return False  # closed: the shell exited, or the server ended the session
+            frame = parse_server_frame(message.data)
+            if frame.exited:
+                self.exit_code = frame.exit_code
+            if frame.output:
+                self.received.add(frame.output)
+                return True
+            if frame.exited:
+                return False
+
+    async def close(self) -> None:
+        with contextlib.suppress(aiohttp.ClientError, OSError, BenchError):
+            await self.send(EXIT)
+            while await self.more(PATIENCE):
+                pass
+        await self.ws.close()
+
+
+class KubectlSession:
+    """`kubectl exec -it` on a pseudo-terminal, its master read in this event loop."""
+
+    def __init__(self, process: subprocess.Popen[bytes], master: int, stderr: Path) -> None:
+        self.process = process
+        self.master = master
+        self.stderr = stderr
+        self.received = Received()
+        self._ready = asyncio.Event()
+        self._ended = False
+        asyncio.get_running_loop().add_reader(master, self._on_readable)
+
+    @classmethod
+    def open(cls, bench: Bench, namespace: str, pod: str) -> KubectlSession:
+        master, slave = os.openpty()
+        fcntl.ioctl(slave, termios.TIOCSWINSZ, struct.pack("HHHH", ROWS, COLUMNS, 0, 0))
+        tty.setraw(slave)  # no local echo: what comes back is the pod's
+        os.set_blocking(master, False)
+        stderr = bench.folder / "kubectl-exec-it.stderr"
+        argv = bench.kubectl_argv("exec", "-it", "-n", namespace, pod, "-c", TASK, "--", *SHELL)
+        try:
+            with stderr.open("wb") as errors:
+                process = subprocess.Popen(
+                    argv, stdin=slave, stdout=slave, stderr=errors, start_new_session=True
+                )
+        except OSError:
+            os.close(master)
+            raise
+        finally:
+            os.close(slave)
+        return cls(process, master, stderr)
+
+    def _on_readable(self) -> None:
+        try:
+            data = os.read(self.master, 65536)
+        except BlockingIOError:
+            return
+        except OSError:  # EIO: every slave descriptor is closed, kubectl has exited
+            data = b""
+        if data:
+            self.received.add(data)
+        else:
+            self._ended = True
+            asyncio.get_running_loop().remove_reader(self.master)
+        self._ready.set()
+
+    async def send(self, data: bytes) -> None:
+        os.write(self.master, data)
+
+    async def more(self, patience: float) -> bool:
+        if self._ended:
+            return False
+        total = self.received.total
+        self._ready.clear()
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(self._ready.wait(), patience)
+        return self.received.total > total
+
+    def errors(self) -> str:
+        with contextlib.suppress(OSError):
+            return self.stderr.read_text(errors="replace")[-2000:].strip()
+        return ""
+
+    async def close(self) -> None:
+        with contextlib.suppress(OSError):
+            await self.send(EXIT)
+        try:
+            await asyncio.to_thread(self.process.wait, PATIENCE)
+        except subprocess.TimeoutExpired:
+            self.process.kill()
+            self.process.wait()
+        if not self._ended:
+            asyncio.get_running_loop().remove_reader(self.master)
+        os.close(self.master)
+
+
+# --- the measurement --------------------------------------------------------------------------
+
+
+@dataclass
+class Side:
+    setups: list[float] = field(default_factory=list)
+    keys: list[float] = field(default_factory=list)
+
+
+async def keystrokes(session: Session, count: int) -> list[float]:
+    """Seconds from each keystroke to its echo, `count` of them; each is erased untimed."""
+    times: list[float] = []
+    for _ in range(count):
+        began = time.perf_counter()
+        await session.send(KEY)
+        await wait_for(session, KEY, "echo")
+        times.append(time.perf_counter() - began)
+        await session.send(ERASE)
+        await wait_for(session, ERASE_ECHO, "erase echo")
+    return times
+
+
+async def one_session(
+    bench: Bench, replica: OperatorProcess, target: Target, side: str, keys: int
+) -> tuple[float, list[float]]:
+    """Setup seconds and the keystroke times (warm-up dropped) of one session of `side`."""
+    session: Session
+    began = time.perf_counter()
+    if side == "allocbridge":
+        session = await NomadSession.open(bench.http, replica, target.alloc_id)
+    else:
+        session = KubectlSession.open(bench, target.namespace, target.pod)
+    try:
+        try:
+            await wait_first_byte(session)
+        except BenchError as exc:
+            if isinstance(session, KubectlSession):
+                raise BenchError(f"{exc}; kubectl said: {session.errors()!r}") from exc
+            raise
+        setup = time.perf_counter() - began
+        await drain(session)
+        times = await keystrokes(session, keys + KEY_WARMUP)
+    finally:
+        await session.close()
+    return setup, counted(times, KEY_WARMUP)
+
+
+@dataclass(frozen=True)
+class Target:
+    namespace: str
+    pod: str
+    alloc_id: str
+
+
+def allocation(name: str, namespace: str) -> Json:
+    """A docker task that sleeps in the real node's BusyBox image: a shell is exec'd into it."""
+    return {
+        "apiVersion": "allocbridge.io/v1",
+        "kind": "Allocation",
+        "metadata": {"name": name, "namespace": namespace},
+        "spec": {
+            "job": {"id": "bench-interactive", "type": "service", "datacenters": ["dc1"]},
+            "taskGroup": {"name": "shell", "index": 0, "count": 1},
+            "tasks": [
+                {
+                    "name": TASK,
+                    "driver": "docker",
+                    "config": {"image": IMAGE, "command": "sleep", "args": ["100000"]},
+                    "resources": {"cpu": 100, "memoryMB": 32},
+                }
+            ],
+        },
+    }
+
+
+async def create_target(bench: Bench, namespace: str, annotations: dict[str, str]) -> Target:
+    """The shell's allocation, in a namespace whose pods land on the real node."""
+    await bench.ensure_namespace(namespace, annotations=annotations)
+    name = "shell"
+    await bench.api.post(collection(namespace), allocation(name, namespace))
+    obj = await wait_running(bench, namespace, name, TASK)
+    pod = (obj.get("status") or {}).get("podName") or name
+    return Target(namespace, pod, obj["metadata"]["uid"])
+
+
+async def measure(
+    bench: Bench, replica: OperatorProcess, target: Target, keys: int, sessions: int
+) -> list[Row]:
+    per_session = keys_per_session(keys, sessions)
+    sides = {"allocbridge": Side(), "kubectl": Side()}
+    log(f"interactive exec: a warm-up session per side, then {sessions} per side")
+    for side in sides:
+        await one_session(bench, replica, target, side, 1)
+    for round_ in range(sessions):
+        order = list(sides) if round_ % 2 == 0 else list(reversed(sides))
+        for side in order:
+            setup, times = await one_session(bench, replica, target, side, per_session)
+            sides[side].setups.append(setup)
+            sides[side].keys += times
+    ours, peer = sides["allocbridge"], sides["kubectl"]
+    return rows(ours, peer, sessions, per_session)
+
+
+def rows(ours: Side, peer: Side, sessions: int, per_session: int) -> list[Row]:
+    """The section's rows from both sides' samples (in seconds)."""
+    kubectl = f"kubectl exec -it, same pod, same API server ({IMAGE} sh, tty)"
+    count = f"{len(ours.keys)} keystrokes per side ({per_session} per session after {KEY_WARMUP}"
+    count += f" warm-up, {sessions} sessions)"
+    result = [
+        Row(
+            SECTION,
+            f"keystroke echo round trip, p{q}",
+            percentile(ours.keys, q) * 1000,
+            "ms",
+            kubectl,
+            percentile(peer.keys, q) * 1000,
+            goals=(within(GOAL),),
+            note=count + "; a frame in, the shell's echo out, through the pod's tty",
+        )
+        for q in (50, 99)
+    ]
+    result.append(
+        Row(
+            SECTION,
+            "session setup to the first output byte, median",
+            median(ours.setups) * 1000,
+            "ms",
+            kubectl,
+            median(peer.setups) * 1000,
+            goals=(within(GOAL),),
+            note=(
+                f"{sessions} sessions per side, ranges {_range(ours.setups)} vs "
+                f"{_range(peer.setups)}; allocbridge from ws_connect, kubectl from its "
+                "process spawn (its start included)"
+            ),
+        )
+    )
+    return result
+
+
+def _range(seconds: Sequence[float]) -> str:
+    return f"{min(seconds) * 1000:.0f}-{max(seconds) * 1000:.0f} ms"

@@ -1,0 +1,118 @@
+"""The interactive exec section's pure parts: Nomad's frames as the bench writes and reads them,
+the echo it waits for, the warm-up it drops, and the rows it judges against kubectl."""
+
+from __future__ import annotations
+
+import base64
+import json
+
+import pytest
+from benchmarks.harness import BenchError
+from benchmarks.interactive import (
+    GOAL,
+    SECTION,
+    Received,
+    Side,
+    counted,
+    keys_per_session,
+    parse_server_frame,
+    rows,
+    stdin_frame,
+    tty_size_frame,
+)
+
+
+def test_client_frames_are_nomads() -> None:
+    assert json.loads(stdin_frame(b"x")) == {"stdin": {"data": base64.b64encode(b"x").decode()}}
+    assert json.loads(stdin_frame(b"\x7f")) == {"stdin": {"data": "fw=="}}
+    assert json.loads(tty_size_frame(24, 80)) == {"tty_size": {"height": 24, "width": 80}}
+
+
+def test_output_frames_are_decoded() -> None:
+    frame = parse_server_frame(json.dumps({"stdout": {"data": base64.b64encode(b"/ # ").decode()}}))
+    assert frame.output == b"/ # "
+    assert not frame.exited
+    assert parse_server_frame('{"stderr":{"data":"eA=="}}').output == b"x"
+
+
+def test_a_heartbeat_carries_nothing() -> None:
+    frame = parse_server_frame("{}")
+    assert (frame.output, frame.exited, frame.exit_code) == (b"", False, None)
+
+
+def test_the_exit_frame_carries_the_code() -> None:
+    frame = parse_server_frame('{"exited":true,"result":{"exit_code":130}}')
+    assert (frame.exited, frame.exit_code) == (True, 130)
+    assert parse_server_frame('{"exited":true,"result":{}}').exit_code == 0  # Nomad omits 0
+
+
+def test_a_close_frame_without_data_is_no_output() -> None:
+    assert parse_server_frame('{"stdout":{"close":true}}').output == b""
+
+
+@pytest.mark.parametrize("text", ["not json", "[1, 2]"])
+def test_a_frame_that_is_not_an_object_is_named(text: str) -> None:
+    with pytest.raises(BenchError, match="exec frame"):
+        parse_server_frame(text)
+
+
+def test_an_echo_is_taken_through_its_marker_only() -> None:
+    received = Received()
+    received.add(b"\x1b[6")
+    assert not received.take_through(b"\x08\x1b[J")
+    received.add(b"nx\x08")
+    assert received.take_through(b"x")
+    assert bytes(received.pending) == b"\x08"
+    received.add(b"\x1b[J")
+    assert received.take_through(b"\x08\x1b[J")
+    assert bytes(received.pending) == b""
+    assert received.total == 9  # what arrived, consumed or not
+
+
+def test_clearing_keeps_the_count() -> None:
+    received = Received()
+    received.add(b"banner\r\n/ # ")
+    received.clear()
+    assert (bytes(received.pending), received.total) == (b"", 12)
+
+
+def test_warm_up_keystrokes_are_dropped_from_the_front() -> None:
+    assert counted([9.0, 8.0, 0.1, 0.2], 2) == [0.1, 0.2]
+    assert counted([0.1], 2) == []
+
+
+@pytest.mark.parametrize(
+    ("keys", "sessions", "each"), [(200, 10, 20), (201, 10, 21), (5, 10, 1), (1, 1, 1)]
+)
+def test_sessions_share_the_keystrokes(keys: int, sessions: int, each: int) -> None:
+    assert keys_per_session(keys, sessions) == each
+    assert each * sessions >= keys
+
+
+def test_rows_judge_the_ratio_to_kubectl() -> None:
+    ours = Side(setups=[0.30, 0.40, 0.50], keys=[0.002] * 99 + [0.010])
+    peer = Side(setups=[0.40, 0.45, 0.50], keys=[0.002] * 100)
+    found = {row.name: row for row in rows(ours, peer, sessions=3, per_session=34)}
+    assert {row.section for row in found.values()} == {SECTION}
+    p50 = found["keystroke echo round trip, p50"]
+    assert p50.value == pytest.approx(2.0)
+    assert p50.peer_value == pytest.approx(2.0)
+    assert p50.unit == "ms"
+    assert p50.result == "met"
+    p99 = found["keystroke echo round trip, p99"]
+    assert p99.value == pytest.approx(2.0 + 0.01 * 8.0)  # 99th of 100: interpolated
+    assert p99.result == "met"
+    setup = found["session setup to the first output byte, median"]
+    assert setup.value == pytest.approx(400.0)
+    assert setup.peer_value == pytest.approx(450.0)
+    assert setup.result == "met"
+    assert "100 keystrokes per side" in p50.note
+
+
+def test_a_ratio_above_the_goal_is_missed() -> None:
+    ours = Side(setups=[1.0], keys=[0.0025])
+    peer = Side(setups=[1.0], keys=[0.002])
+    p50 = rows(ours, peer, sessions=1, per_session=1)[0]
+    assert p50.ratio == pytest.approx(1.25)
+    assert GOAL < 1.25
+    assert p50.result == "MISSED"
