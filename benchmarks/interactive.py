@@ -59,6 +59,7 @@ from benchmarks.table import Row, median, percentile, within
 SECTION: Final = "Interactive exec"
 GOAL: Final = 1.2
 IMAGE: Final = "busybox:1.37"
+NAME: Final = "shell"  # the allocation's
 TASK: Final = "main"
 SHELL: Final = ("sh",)
 ROWS: Final = 24
@@ -391,10 +392,9 @@ def allocation(name: str, namespace: str) -> Json:
 async def create_target(bench: Bench, namespace: str, annotations: dict[str, str]) -> Target:
     """The shell's allocation, in a namespace whose pods land on the real node."""
     await bench.ensure_namespace(namespace, annotations=annotations)
-    name = "shell"
-    await bench.api.post(collection(namespace), allocation(name, namespace))
-    obj = await wait_running(bench, namespace, name, TASK)
-    pod = (obj.get("status") or {}).get("podName") or name
+    await bench.api.post(collection(namespace), allocation(NAME, namespace))
+    obj = await wait_running(bench, namespace, NAME, TASK)
+    pod = (obj.get("status") or {}).get("podName") or NAME
     return Target(namespace, pod, obj["metadata"]["uid"])
 
 

@@ -222,8 +222,11 @@ async def _with_reconciler(
         status = seed.get("status") or {}
         rows += await writes.measure(bench, seed_pod, status, options.writes, options.write_rounds)
     operator.stop()
+    # Gone before the store sections: their replica must list exactly their allocations.
     await bench.api.delete(f"{collection(EXEC_NS)}/seed")
+    await bench.api.delete(f"{collection(INTERACTIVE_NS)}/{interactive.NAME}")
     await bench.api.wait_gone(collection(EXEC_NS), patience=120)
+    await bench.api.wait_gone(collection(INTERACTIVE_NS), patience=120)
     return rows, seed.get("status") or {}
 
 
