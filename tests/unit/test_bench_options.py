@@ -20,6 +20,8 @@ def test_defaults_are_the_issues_scale() -> None:
         500,
     )
     assert options.reconcile_rounds == 3
+    assert (options.keystrokes, options.shell_sessions) == (200, 10)
+    assert "interactive" in options.sections
     assert options.sections == frozenset(DEFAULT_SECTIONS)
     assert "writes" not in options.sections  # a diagnostic, run on request only
 
@@ -32,7 +34,16 @@ def test_the_writes_diagnostic_runs_on_request() -> None:
 
 @pytest.mark.parametrize(
     "flag",
-    ["--reconcile-rounds", "--exec-runs", "--walks", "--reconcile", "--writes", "--write-rounds"],
+    [
+        "--reconcile-rounds",
+        "--exec-runs",
+        "--walks",
+        "--reconcile",
+        "--writes",
+        "--write-rounds",
+        "--keystrokes",
+        "--shell-sessions",
+    ],
 )
 def test_a_count_below_one_is_refused_by_name(
     flag: str, capsys: pytest.CaptureFixture[str]
