@@ -21,7 +21,14 @@ from running_operator import (
     http,
     quick_allocation,
 )
-from scripted import IMAGE, idle_task, process_states, scripted_task, trapped_signals
+from scripted import (
+    IMAGE,
+    end_container,
+    idle_task,
+    process_states,
+    scripted_task,
+    trapped_signals,
+)
 
 pytestmark = pytest.mark.cluster
 
@@ -573,3 +580,53 @@ def test_a_schedule_a_bare_pid1_cannot_follow_is_reported_once(
     assert "cannot pause task" in refusals()[0]
     assert status(kubectl, ns, "nightly")["taskStates"]["main"].get("paused", "") == ""
     assert process_states(kubectl, ns, "nightly", "main")["sleep"] != "T"
+
+
+# -- races: actions while the task's container ends, restarts, or its pod goes ----------------
+
+
+def test_actions_racing_a_container_restart_or_a_pod_deletion_get_nomads_answers(
+    operator: Operator, kubectl: Any, real_namespace: str
+) -> None:
+    """While the task's container exits and waits out the kubelet's back-off, or its pod is
+    deleted, every action answers 200 or Nomad's 409 `Task not running`: never a 500."""
+    ns = real_namespace
+    policy = {"attempts": 10, "interval": "10m", "delay": "1s", "mode": "fail"}
+    task = scripted_task(traps=("USR1", "HUP"))
+    uid = running(
+        kubectl, operator, ns, allocation_manifest("race", ns, restart=policy, tasks=[task])
+    )
+    actions = [
+        ("signal", {"Signal": "SIGUSR1", "Task": "main"}),
+        ("pause", {"Task": "main", "ScheduleState": "pause"}),
+        ("pause", {"Task": "main", "ScheduleState": "scheduled"}),
+        ("signal", {"Signal": "SIGHUP"}),
+    ]
+    answers: list[tuple[str, int, Any]] = []
+
+    def act(rounds: int) -> None:
+        for _ in range(rounds):
+            for action, body in actions:
+                code, text = post(operator, f"/v1/client/allocation/{uid}/{action}", body)
+                answers.append((action, code, text))
+
+    def container() -> dict[str, Any]:
+        found: dict[str, Any] = kubectl.json("get", "pod", "race", "-n", ns)["status"]
+        return dict(found["containerStatuses"][0])
+
+    for _ in range(2):  # the second exit meets the kubelet's back-off
+        restarts = container()["restartCount"]
+        end_container(kubectl, ns, "race", "main", 1)
+        act(5)
+
+        def restarted(before: int = restarts) -> bool:
+            now = container()
+            return bool(now["restartCount"] > before and "running" in now["state"])
+
+        eventually(restarted, timeout=90, what="the container to run again")
+    kubectl("delete", "pod", "race", "-n", ns, "--wait=false")
+    act(5)
+    unexpected = [a for a in answers if a[1] not in (200, 409)]
+    assert not unexpected, unexpected
+    refused = [a for a in answers if a[1] == 409]
+    assert refused and all(a[2] == "Task not running" for a in refused), answers

@@ -62,9 +62,10 @@ from allocbridge.model.wire import eval_id
 pytestmark = pytest.mark.cluster
 
 CAPABILITIES = ("read-job", "alloc-lifecycle", "alloc-exec", "alloc-node-exec", "job-submit")
+READ_CAPABILITIES = ("read-logs", "read-fs")
 #: Users of the table: one per capability, one with exec into raw_exec tasks, one with nothing.
 TABLE_USERS: dict[str, frozenset[str]] = {
-    **{f"cap-{cap}": frozenset({cap}) for cap in CAPABILITIES},
+    **{f"cap-{cap}": frozenset({cap}) for cap in (*CAPABILITIES, *READ_CAPABILITIES)},
     "exec-node": frozenset({"alloc-exec", "alloc-node-exec"}),
     "nothing": frozenset(),
 }
@@ -78,8 +79,6 @@ TABLE_ALLOCS = {
     "pause": "docker",
 }
 TASK = "main"
-#: Capabilities the table above does not cover (tests/unit/test_log_stream.py checks logs').
-READ_CAPABILITIES = ("read-logs", "read-fs")
 SHIPPED_ROLES = {
     "allocbridge-reader": {"read-job", *READ_CAPABILITIES},
     "allocbridge-operator": {"read-job", *READ_CAPABILITIES, "alloc-lifecycle", "alloc-exec"},
@@ -219,9 +218,19 @@ def world(cluster: Any, kubectl: Any, tmp_path_factory: pytest.TempPathFactory) 
         _users_and_bindings(w, suffix)
         acl.start()
         opened.start()
+        log = folder / "web.log"  # kwok serves it as the log of `web`'s task (its Logs object)
+        log.write_text("2026-11-25T12:00:00.000000000Z stdout F hello\n")
         for ns in (a, d):
             for name, driver in TABLE_ALLOCS.items():
                 kubectl.apply(alloc_manifest(ns, name, driver))
+            kubectl.apply(
+                {
+                    "apiVersion": "kwok.x-k8s.io/v1alpha1",
+                    "kind": "Logs",
+                    "metadata": {"name": "web", "namespace": ns},
+                    "spec": {"logs": [{"containers": [TASK], "logsFile": str(log)}]},
+                }
+            )
         kubectl.apply(alloc_manifest(b, "web-b", "docker"))
         for ns, names in ((a, list(TABLE_ALLOCS)), (d, list(TABLE_ALLOCS)), (b, ["web-b"])):
             for name in names:
@@ -248,7 +257,7 @@ def _users_and_bindings(w: World, suffix: str) -> None:
         )
         return f"system:serviceaccount:{namespace}:{name}"
 
-    for cap in CAPABILITIES:
+    for cap in (*CAPABILITIES, *READ_CAPABILITIES):
         role = f"allocbridge-test-{cap}-{suffix}"
         # Applied, not `kubectl create clusterrole`: kubectl refuses verbs it does not know.
         k.apply(
@@ -360,6 +369,12 @@ class Row:
     body: Any = None
     reads: bool = True  # a read: allowed means `expect` (writes: anything but 403 and 5xx)
     expect: int = 200
+    any_of: bool = False  # `needs` lists alternatives (logs: read-logs or read-fs)
+
+    def allows(self, caps: frozenset[str]) -> bool:
+        if self.needs is None:
+            return True
+        return bool(self.needs & caps) if self.any_of else self.needs <= caps
 
     @property
     def id(self) -> str:
@@ -370,6 +385,7 @@ class Row:
             self.path.replace("{alloc_id}", alloc_id)
             .replace("{eval_id}", eval_id(alloc_id))  # the evaluation that placed it
             .replace("{node_id}", UNKNOWN_NODE)
+            .replace("{job_id}", self.alloc)  # the table's allocations name jobs after themselves
         )
         query = self.query.replace("{ns}", namespace)
         return path + (f"?{query}" if query else "")
@@ -392,6 +408,17 @@ ROWS = [
     Row("/v1/evaluation/{eval_id}", "GET", READ),
     Row("/v1/evaluation/{eval_id}/allocations", "GET", READ),
     Row("/v1/openapi.json", "GET", None),
+    Row("/v1/jobs", "GET", READ, query="namespace={ns}"),
+    Row("/v1/job/{job_id}/allocations", "GET", READ, query="namespace={ns}"),
+    # kwok's node serves no stats: an allowed caller gets the 501 that says so.
+    Row("/v1/client/allocation/{alloc_id}/stats", "GET", READ, expect=501),
+    Row(
+        "/v1/client/fs/logs/{alloc_id}",
+        "GET",
+        frozenset(READ_CAPABILITIES),
+        query=f"task={TASK}&type=stdout&plain=true",
+        any_of=True,
+    ),
     # A stub for the Go client's exec (always `node not found`): public, it reveals nothing.
     Row("/v1/node/{node_id}", "GET", None, expect=404),
     *(
@@ -470,13 +497,13 @@ def test_capability_table(world: World, routes: set[tuple[str, str]], row: Row) 
     skip_unless_routed(row, routes)
     alloc_id = world.ids[(world.a, row.alloc)]
     # Denials first: an allowed stop changes the allocation for good.
-    users = sorted(TABLE_USERS, key=lambda u: row.needs is None or row.needs <= TABLE_USERS[u])
+    users = sorted(TABLE_USERS, key=lambda u: row.allows(TABLE_USERS[u]))
     outcomes = []
     for user in users:
         reply = perform(world.acl.api, row, alloc_id, world.a, world.token(user))
         outcomes.append((user, reply.status, reply.body[:120]))
         caps = TABLE_USERS[user]
-        if row.needs is not None and not row.needs <= caps:
+        if not row.allows(caps):
             assert denied(reply), f"{user} ({sorted(caps)}) got {reply} on {row.id}"
         elif row.reads:
             assert reply.status == row.expect, f"{user} ({sorted(caps)}) got {reply} on {row.id}"

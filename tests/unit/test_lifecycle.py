@@ -237,9 +237,13 @@ class ExecActions(Actions):
         )
 
 
-async def test_a_kill_ended_with_its_container_delivered_its_signal() -> None:
+async def test_a_kill_ended_with_its_container_delivered_its_signal(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
     """`kill -TERM -1` under tini ends the task, tini, and the PID namespace with the `kill` in
-    it: its 137 is the signal's success, not a failure."""
+    it: its 137 is the signal's success, not a failure; another status from a container that
+    ran throughout is a fault."""
+    monkeypatch.setattr(lifecycle, "STATUS_SETTLE", 0.01)
     await ExecActions(137).kill(TARGET, "main", "SIGTERM", "-1")
     with pytest.raises(ActionError) as failed:
         await ExecActions(1).kill(TARGET, "main", "SIGTERM", "-1")
@@ -262,3 +266,42 @@ async def test_an_exec_the_api_server_refuses_is_a_task_not_running(
         await actions.exec(TARGET, "main", ["kill", "-TERM", "1"])
     assert failed.value.status == code
     assert failed.value.message == "Task not running" or "refused the exec" in failed.value.message
+
+
+@pytest.mark.parametrize(
+    ("pod", "code"),
+    [
+        pytest.param(container_pod("p1", RUNNING), 500, id="ran-throughout-a-real-fault"),
+        pytest.param(None, 409, id="pod-gone"),
+        pytest.param(
+            {**container_pod("p1", RUNNING), "metadata": {"uid": "p1", "deletionTimestamp": "x"}},
+            409,
+            id="pod-being-deleted",
+        ),
+        pytest.param(
+            container_pod("p1", {"waiting": {"reason": "CrashLoopBackOff"}}), 409, id="waiting"
+        ),
+        pytest.param(
+            container_pod("p1", {"running": {"startedAt": "2099-01-01T00:00:00Z"}}, restarts=1),
+            409,
+            id="restarted-meanwhile",
+        ),
+    ],
+)
+async def test_an_exec_that_fails_while_the_task_is_not_running_is_a_409(
+    monkeypatch: pytest.MonkeyPatch, pod: Json | None, code: int
+) -> None:
+    monkeypatch.setattr(lifecycle, "STATUS_SETTLE", 0.01)
+    """The runtime's texts for a container that ended or restarted under an exec vary; the
+    pod, read again after the failure, tells a task that was not running from a fault."""
+
+    async def failed(*_: object) -> CommandResult:
+        raise CommandError("failed to exec in container: OCI runtime exec failed")
+
+    monkeypatch.setattr(lifecycle, "run_command", failed)
+    kube = FakeKube(None)
+    kube.pod = pod
+    actions = Actions(cast(Kube, kube), cast(client.Configuration, None))
+    with pytest.raises(ActionError) as raised:
+        await actions.exec(TARGET, "main", ["kill", "-TERM", "1"])
+    assert raised.value.status == code

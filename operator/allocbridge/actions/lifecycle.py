@@ -37,6 +37,8 @@ from allocbridge.model.spec import AllocationSpec, parse_spec
 from allocbridge.model.status import MAX_EVENTS, NS, merge_patch, task_event
 
 TASK_NOT_RUNNING = "Task not running"
+#: Seconds a failed exec's container status gets to show an exit or a restart (see `exec`).
+STATUS_SETTLE = 3.0
 _KILLED_WITH_ITS_CONTAINER = 128 + 9
 #: Seconds a PID 1 gets to exit once everything below it got SIGKILL, before its pod goes.
 AFTER_SIGKILL = 5.0
@@ -110,13 +112,19 @@ class Actions:
         return await self.update(target, lambda status, _obj: _add_events(status, events))
 
     async def exec(self, target: Target, task: str, argv: list[str]) -> CommandResult:
+        """Run `argv` in the task's container. An exec that fails because the task is not
+        running (its pod is gone; the container ended, is restarting, or restarted while the
+        exec started, which the runtime reports in many ways) is Nomad's 409 `Task not
+        running`: the pod is read again after a failure to tell that from a real fault."""
+        began = time.time()
         try:
             return await run_command(self.configuration, target.namespace, target.name, task, argv)
         except CommandError as exc:
-            if exc.status is not None and 400 <= exc.status < 500:
-                # The pod is gone or its container is not running (restarting, ended): what
-                # Nomad answers for an action on a task that is not running.
-                log.info("the exec was refused", extra={"task": task, "error": str(exc)})
+            refused = exc.status is not None and 400 <= exc.status < 500
+            if refused or not await self._ran_throughout(target, task, began):
+                log.info(
+                    "the task was not running for an exec", extra={"task": task, "error": str(exc)}
+                )
                 raise ActionError(409, TASK_NOT_RUNNING) from exc
             text = str(exc)
             if "executable file not found" in text or "no such file" in text.lower():
@@ -127,9 +135,37 @@ class Actions:
                 ) from exc
             raise ActionError(500, f'cannot run {argv[0]} in task "{task}": {text}') from exc
 
+    async def _ran_throughout(self, target: Target, task: str, since: float) -> bool:
+        """Whether the task's container has run since `since` (Unix seconds) and still runs,
+        in a pod that is not being deleted. The kubelet reports an exit a second or two late,
+        so a container that still looks running is read again for up to `STATUS_SETTLE`
+        seconds before the failure is taken for a fault."""
+        deadline = time.monotonic() + STATUS_SETTLE
+        while await self._runs_since(target, task, since):
+            if time.monotonic() >= deadline:
+                return True
+            await asyncio.sleep(0.25)
+        return False
+
+    async def _runs_since(self, target: Target, task: str, since: float) -> bool:
+        pod = await self.kube.get_pod(target.namespace, target.name)
+        if pod is None or (pod.get("metadata") or {}).get("deletionTimestamp"):
+            return False  # gone, or going: the kubelet is ending its containers
+        status = pod.get("status") or {}
+        for key in ("initContainerStatuses", "containerStatuses"):
+            for item in status.get(key) or []:
+                running = (item.get("state") or {}).get("running")
+                if item.get("name") == task and running is not None:
+                    started = _unix_seconds(str(running.get("startedAt") or ""))
+                    return started is not None and started < since - 1
+        return False
+
     async def pid1(self, target: Target, task: str) -> pid1_rules.Pid1:
         """What the task container's PID 1 does with signals (see `allocbridge.model.pid1`)."""
+        began = time.time()
         result = await self.exec(target, task, list(pid1_rules.PROBE))
+        if "SigCgt:" not in result.stdout and not await self._ran_throughout(target, task, began):
+            raise ActionError(409, TASK_NOT_RUNNING)  # PID 1 was ending under the probe
         if "SigCgt:" not in result.stdout:
             detail = result.stderr.strip() or f"exit code {result.exit_code}"
             raise ActionError(500, f'cannot read /proc/1/status in task "{task}": {detail}')
@@ -145,9 +181,12 @@ class Actions:
         ("invalid number '--'"), and procps 4 takes `-s SIG -1` for a second signal and fails.
         """
         argv = ["kill", f"-{signal.removeprefix('SIG')}", where]
+        began = time.time()
         result = await self.exec(target, task, argv)
         if result.exit_code == _KILLED_WITH_ITS_CONTAINER:
             return  # the signal ended the container, whose end took the `kill` with it
+        if result.exit_code != 0 and not await self._ran_throughout(target, task, began):
+            raise ActionError(409, TASK_NOT_RUNNING)  # its processes were ending meanwhile
         if result.exit_code != 0:
             detail = result.stderr.strip() or f"exit code {result.exit_code}"
             raise ActionError(500, f'{" ".join(argv)} in task "{task}" failed: {detail}')
@@ -250,13 +289,19 @@ class Actions:
             for t in tasks
         }
         await self.record(target, events)
+        not_running = []
         for t, where in routes.items():
             try:
                 await self.kill(target, t, name, where)
             except ActionError as exc:
-                failures.append(f"Failed to signal task: {t}, err: {exc.message}")
+                if exc.status == 409:  # it stopped running after it was checked
+                    not_running.append(t)
+                else:
+                    failures.append(f"Failed to signal task: {t}, err: {exc.message}")
         if failures:
             raise ActionError(500, "; ".join(failures))
+        if not_running and len(not_running) == len(routes):
+            raise ActionError(409, TASK_NOT_RUNNING)
 
     def _running_tasks(self, obj: Json, spec: AllocationSpec, task: str | None) -> list[str]:
         states = (obj.get("status") or {}).get("taskStates") or {}
@@ -549,6 +594,13 @@ def _add_events(status: Json, events: Mapping[str, list[Json]]) -> None:
     for task, new in events.items():
         state = states.setdefault(task, {"state": "pending", "events": []})
         state["events"] = [*state.get("events", []), *new][-MAX_EVENTS:]
+
+
+def _unix_seconds(rfc3339: str) -> float | None:
+    try:
+        return datetime.datetime.fromisoformat(rfc3339.replace("Z", "+00:00")).timestamp()
+    except ValueError:
+        return None
 
 
 def _container_run(pod: Json | None, task: str) -> ContainerRun:
