@@ -41,7 +41,6 @@ import os
 import pwd
 import shutil
 import signal
-import socket
 import ssl
 import subprocess
 import sys
@@ -66,6 +65,7 @@ from .kubelet import (
     request_exit,
 )
 from .pki import Pki
+from .ports import free_ports
 from .processes import ManagedProcess, ProcessRegistry
 from .realnode import NODE_IP, RealNode
 from .restclient import ApiError, RestClient
@@ -173,7 +173,7 @@ class LocalCluster:
                 "scheduler",
                 "kwok",
             )
-            self._ports = dict(zip(names, _free_ports(len(names)), strict=True))
+            self._ports = dict(zip(names, free_ports(len(names)), strict=True))
             self.server = f"https://127.0.0.1:{self._ports['kube-apiserver']}"
             pki.write_admin_kubeconfig(self.kubeconfig, self.server)
             self._api = RestClient(self.server, pki.ca_cert, pki.admin_cert, pki.admin_key)
@@ -714,20 +714,6 @@ class LocalCluster:
     def _default_service_account(self) -> bool:
         self.api.get("/api/v1/namespaces/default/serviceaccounts/default")
         return True
-
-
-def _free_ports(count: int) -> list[int]:
-    """Distinct free loopback ports (all sockets held open until every port is chosen)."""
-    socks = []
-    try:
-        for _ in range(count):
-            sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-            sock.bind(("127.0.0.1", 0))
-            socks.append(sock)
-        return [s.getsockname()[1] for s in socks]
-    finally:
-        for s in socks:
-            s.close()
 
 
 _INSECURE = ssl.create_default_context()

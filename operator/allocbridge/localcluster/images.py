@@ -19,6 +19,7 @@ import shutil
 import subprocess
 import tarfile
 import tempfile
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -133,7 +134,7 @@ def build_image(spec: ImageSpec, cache: Path) -> Path:
             subprocess.run(["dpkg-deb", "-x", str(deb), str(rootfs)], check=True)
         shutil.rmtree(rootfs / "usr/share", ignore_errors=True)  # docs, man pages, hooks
         _complete_rootfs(spec, rootfs)
-        layer = _layer_tar(rootfs)
+        layer = layer_tar(rootfs)
         _write_layout(spec, layer, out.with_suffix(".partial"))
         os.replace(out.with_suffix(".partial"), out)
     return out
@@ -171,7 +172,7 @@ def _complete_rootfs(spec: ImageSpec, rootfs: Path) -> None:
         link.symlink_to(target_name)
 
 
-def _layer_tar(rootfs: Path) -> bytes:
+def layer_tar(rootfs: Path) -> bytes:
     """The root filesystem as a tar with fixed owners and times (a reproducible digest)."""
     buffer = io.BytesIO()
     with tarfile.open(fileobj=buffer, mode="w", format=tarfile.PAX_FORMAT) as tar:
@@ -193,20 +194,29 @@ def _blob(data: bytes) -> tuple[str, bytes]:
 
 
 def _write_layout(spec: ImageSpec, layer: bytes, out: Path) -> None:
-    """An OCI image layout (oci-layout, index.json, blobs) in one tar, as `ctr import` reads."""
+    image_config: dict[str, object] = {
+        "Env": ["PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"],
+        "Entrypoint": list(spec.entrypoint) or None,
+        "Cmd": list(spec.cmd) or None,
+        "User": spec.user,
+        "WorkingDir": spec.workdir,
+        "ExposedPorts": {port: {} for port in spec.exposed_ports} or None,
+        "Labels": {"io.allocbridge.stand-in": "built from Debian packages"},
+    }
+    write_oci_layout(spec.names, image_config, layer, out)
+
+
+def write_oci_layout(
+    names: Sequence[str], image_config: Mapping[str, object], layer: bytes, out: Path
+) -> None:
+    """An OCI image layout (oci-layout, index.json, blobs) of one layer in one tar, as
+    `ctr images import` reads it: `image_config` is the config's `config` (Env, Entrypoint,
+    User, ...); each of `names` is an `io.containerd.image.name` annotation."""
     layer_digest, _ = _blob(layer)
     config: dict[str, object] = {
         "architecture": "amd64",
         "os": "linux",
-        "config": {
-            "Env": ["PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"],
-            "Entrypoint": list(spec.entrypoint) or None,
-            "Cmd": list(spec.cmd) or None,
-            "User": spec.user,
-            "WorkingDir": spec.workdir,
-            "ExposedPorts": {port: {} for port in spec.exposed_ports} or None,
-            "Labels": {"io.allocbridge.stand-in": "built from Debian packages"},
-        },
+        "config": dict(image_config),
         "rootfs": {"type": "layers", "diff_ids": [layer_digest]},
     }
     config_digest, config_bytes = _blob(json.dumps(config, sort_keys=True).encode())
@@ -241,7 +251,7 @@ def _write_layout(spec: ImageSpec, layer: bytes, out: Path) -> None:
                     "org.opencontainers.image.ref.name": name.rsplit(":", 1)[-1],
                 },
             }
-            for name in spec.names
+            for name in names
         ],
     }
     files = {

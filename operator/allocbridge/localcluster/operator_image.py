@@ -25,18 +25,15 @@ from __future__ import annotations
 
 import argparse
 import hashlib
-import io
-import json
 import os
 import re
 import shutil
 import subprocess
 import sys
-import tarfile
 import tempfile
 from pathlib import Path
 
-from .images import ImageBuildError, _layer_tar, fetch_debs
+from .images import ImageBuildError, fetch_debs, layer_tar, write_oci_layout
 
 REPO = Path(__file__).resolve().parents[3]
 REQUIREMENTS = REPO / "operator" / "requirements.txt"
@@ -197,7 +194,7 @@ def build(cache: Path, name: str = DEFAULT_NAME) -> Path:
         _install_python_packages(rootfs, Path(tmp))
         _complete_rootfs(rootfs)
         _compile(rootfs)
-        _write_layout(reference, _layer_tar(rootfs), out.with_suffix(".partial"))
+        _write_layout(reference, layer_tar(rootfs), out.with_suffix(".partial"))
         os.replace(out.with_suffix(".partial"), out)
     stamp.write_text(key)
     return out
@@ -318,82 +315,27 @@ def _run(argv: list[str], *, allow_failure: bool = False) -> None:
         raise ImageBuildError(f"{' '.join(argv[:6])} ... failed:\n{done.stderr[-3000:]}")
 
 
-def _blob(data: bytes) -> tuple[str, bytes]:
-    return "sha256:" + hashlib.sha256(data).hexdigest(), data
-
-
 def _write_layout(reference: str, layer: bytes, out: Path) -> None:
     """An OCI image layout in one tar, with the Dockerfile final stage's config."""
-    layer_digest, _ = _blob(layer)
-    config: dict[str, object] = {
-        "architecture": "amd64",
-        "os": "linux",
-        "config": {
-            "Env": [
-                f"PATH=/{VENV}/bin:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
-                "PYTHONDONTWRITEBYTECODE=1",
-                "PYTHONUNBUFFERED=1",
-            ],
-            "Entrypoint": ["allocbridge", "run", "--config", "/etc/allocbridge/allocbridge.hcl"],
-            "User": f"{UID}:{UID}",
-            "WorkingDir": "/",
-            "ExposedPorts": {"4646/tcp": {}, "9203/tcp": {}},
-            "Labels": {
-                "org.opencontainers.image.title": "allocbridge",
-                "org.opencontainers.image.description": (
-                    "Nomad's allocations API over Kubernetes Allocation resources"
-                ),
-                "io.allocbridge.base": "Debian packages (make image)",
-            },
-        },
-        "rootfs": {"type": "layers", "diff_ids": [layer_digest]},
-    }
-    config_digest, config_bytes = _blob(json.dumps(config, sort_keys=True).encode())
-    manifest = {
-        "schemaVersion": 2,
-        "mediaType": "application/vnd.oci.image.manifest.v1+json",
-        "config": {
-            "mediaType": "application/vnd.oci.image.config.v1+json",
-            "digest": config_digest,
-            "size": len(config_bytes),
-        },
-        "layers": [
-            {
-                "mediaType": "application/vnd.oci.image.layer.v1.tar",
-                "digest": layer_digest,
-                "size": len(layer),
-            }
+    image_config: dict[str, object] = {
+        "Env": [
+            f"PATH=/{VENV}/bin:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
+            "PYTHONDONTWRITEBYTECODE=1",
+            "PYTHONUNBUFFERED=1",
         ],
+        "Entrypoint": ["allocbridge", "run", "--config", "/etc/allocbridge/allocbridge.hcl"],
+        "User": f"{UID}:{UID}",
+        "WorkingDir": "/",
+        "ExposedPorts": {"4646/tcp": {}, "9203/tcp": {}},
+        "Labels": {
+            "org.opencontainers.image.title": "allocbridge",
+            "org.opencontainers.image.description": (
+                "Nomad's allocations API over Kubernetes Allocation resources"
+            ),
+            "io.allocbridge.base": "Debian packages (make image)",
+        },
     }
-    manifest_digest, manifest_bytes = _blob(json.dumps(manifest, sort_keys=True).encode())
-    index = {
-        "schemaVersion": 2,
-        "mediaType": "application/vnd.oci.image.index.v1+json",
-        "manifests": [
-            {
-                "mediaType": "application/vnd.oci.image.manifest.v1+json",
-                "digest": manifest_digest,
-                "size": len(manifest_bytes),
-                "platform": {"architecture": "amd64", "os": "linux"},
-                "annotations": {
-                    "io.containerd.image.name": reference,
-                    "org.opencontainers.image.ref.name": reference.rsplit(":", 1)[-1],
-                },
-            }
-        ],
-    }
-    files = {
-        "oci-layout": json.dumps({"imageLayoutVersion": "1.0.0"}).encode(),
-        "index.json": json.dumps(index, sort_keys=True).encode(),
-        f"blobs/sha256/{layer_digest[7:]}": layer,
-        f"blobs/sha256/{config_digest[7:]}": config_bytes,
-        f"blobs/sha256/{manifest_digest[7:]}": manifest_bytes,
-    }
-    with tarfile.open(out, mode="w") as tar:
-        for name, data in files.items():
-            info = tarfile.TarInfo(name)
-            info.size, info.mtime, info.mode = len(data), _EPOCH, 0o644
-            tar.addfile(info, io.BytesIO(data))
+    write_oci_layout([reference], image_config, layer, out)
 
 
 def main(argv: list[str] | None = None) -> int:

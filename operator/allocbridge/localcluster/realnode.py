@@ -21,7 +21,6 @@ import json
 import logging
 import os
 import shutil
-import socket
 import subprocess
 import time
 from collections.abc import Callable
@@ -39,6 +38,7 @@ from .hoststate import (
 )
 from .images import LOCAL_IMAGES, PAUSE, build_image
 from .pki import Pki
+from .ports import free_ports
 from .processes import ManagedProcess
 from .restclient import ApiError, RestClient
 
@@ -362,7 +362,7 @@ disabled_plugins = ["io.containerd.snapshotter.v1.btrfs", "io.containerd.snapsho
         kubeconfig = self._pki.write_node_kubeconfig(
             folder / "kubeconfig", self._server, client_cert, client_key
         )
-        port, healthz = _free_ports(2)
+        port, healthz = free_ports(2)
         config = {
             "apiVersion": "kubelet.config.k8s.io/v1beta1",
             "kind": "KubeletConfiguration",
@@ -421,7 +421,7 @@ disabled_plugins = ["io.containerd.snapshotter.v1.btrfs", "io.containerd.snapsho
     def _start_kube_proxy(self) -> None:
         folder = self.folder / "kube-proxy"
         folder.mkdir()
-        healthz, metrics = _free_ports(2)
+        healthz, metrics = free_ports(2)
         config = {
             "apiVersion": "kubeproxy.config.k8s.io/v1alpha1",
             "kind": "KubeProxyConfiguration",
@@ -473,16 +473,3 @@ def _remove_unmounted(folder: Path) -> None:
         log.warning("not removing %s: still mounted under it: %s", folder, left[:5])
         return
     shutil.rmtree(folder, ignore_errors=True)
-
-
-def _free_ports(count: int) -> list[int]:
-    socks = []
-    try:
-        for _ in range(count):
-            sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-            sock.bind(("127.0.0.1", 0))
-            socks.append(sock)
-        return [s.getsockname()[1] for s in socks]
-    finally:
-        for s in socks:
-            s.close()
