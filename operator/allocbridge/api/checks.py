@@ -12,27 +12,16 @@ from __future__ import annotations
 
 from aiohttp import web
 
-from allocbridge.api.context import caller, context, synced_store
-from allocbridge.api.errors import ApiError
-from allocbridge.api.ids import parse_alloc_id
 from allocbridge.api.query import parse_query
 from allocbridge.api.render import json_response, render
 from allocbridge.api.routing import ALLOC_ID, Endpoint
+from allocbridge.api.targets import readable_allocation
 from allocbridge.auth import READ_JOB
-from allocbridge.model.goformat import go_quote
 
 
 async def allocation_checks(request: web.Request) -> web.StreamResponse:
     query = parse_query(request.query)
-    raw_id = request.match_info["alloc_id"]
-    alloc_id = parse_alloc_id(raw_id)
-    ctx = context(request)
-    store = await synced_store(ctx)
-    alloc = store.get(alloc_id) if alloc_id else None
-    namespace = query.namespace if alloc is None else alloc.namespace
-    await ctx.authorizer.check(caller(request), READ_JOB, namespace)
-    if alloc is None:
-        raise ApiError(404, f"Unknown allocation {go_quote(raw_id)}")
+    alloc = await readable_allocation(request, READ_JOB)
     return json_response(render(dict(alloc.checks), pretty=query.pretty))
 
 

@@ -33,18 +33,13 @@ from typing import Any, Final
 from aiohttp import web
 from multidict import MultiMapping
 
-from allocbridge.api.context import caller, context, synced_store
 from allocbridge.api.errors import ApiError
-from allocbridge.api.ids import parse_alloc_id
-from allocbridge.api.query import go_parse_bool, parse_query
+from allocbridge.api.query import go_parse_bool
 from allocbridge.api.routing import ALLOC_ID, Endpoint
+from allocbridge.api.targets import readable_allocation
 from allocbridge.auth import (
     READ_FS,
     READ_LOGS,
-    Authorizer,
-    Caller,
-    Capability,
-    PermissionDeniedError,
 )
 from allocbridge.cluster.podlogs import LogError, PodLogReader, Stream
 from allocbridge.model.goformat import go_quote
@@ -137,20 +132,6 @@ def parse_log_query(query: MultiMapping[str]) -> LogQuery:
     )
 
 
-async def check_any(
-    authorizer: Authorizer, who: Caller, namespace: str, capabilities: tuple[Capability, ...]
-) -> None:
-    """Passes if any of `capabilities` is granted in `namespace`; else the last denial."""
-    denied = PermissionDeniedError()
-    for capability in capabilities:
-        try:
-            await authorizer.check(who, capability, namespace)
-            return
-        except PermissionDeniedError as exc:
-            denied = exc
-    raise denied
-
-
 def task_names(alloc: StoredAllocation) -> list[str]:
     """The allocation's tasks: its group's in the Job copy, else those with a state."""
     wire = alloc.wire
@@ -204,15 +185,7 @@ async def _close_reader(app: web.Application) -> None:
 
 async def allocation_logs(request: web.Request) -> web.StreamResponse:
     options = parse_log_query(request.query)
-    raw_id = request.match_info["alloc_id"]
-    alloc_id = parse_alloc_id(raw_id)
-    ctx = context(request)
-    store = await synced_store(ctx)
-    alloc = store.get(alloc_id) if alloc_id else None
-    namespace = parse_query(request.query).namespace if alloc is None else alloc.namespace
-    await check_any(ctx.authorizer, caller(request), namespace, (READ_LOGS, READ_FS))
-    if alloc is None:
-        raise ApiError(404, f"Unknown allocation {go_quote(raw_id)}")
+    alloc = await readable_allocation(request, READ_LOGS, READ_FS)
     if options.task not in task_names(alloc):
         raise ApiError(400, f"unknown task name {go_quote(options.task)}")
     if not task_started(alloc, options.task):

@@ -19,13 +19,12 @@ from typing import Final
 
 from aiohttp import web
 
-from allocbridge.api.context import caller, context, synced_store
 from allocbridge.api.errors import ApiError
-from allocbridge.api.ids import parse_alloc_id
 from allocbridge.api.logs import task_names
 from allocbridge.api.query import parse_query
 from allocbridge.api.render import json_response, render
 from allocbridge.api.routing import ALLOC_ID, Endpoint
+from allocbridge.api.targets import readable_allocation
 from allocbridge.auth import READ_JOB
 from allocbridge.cluster.nodestats import NodeStatsReader, StatsError
 from allocbridge.model.goformat import go_quote
@@ -57,15 +56,7 @@ def enable_stats(app: web.Application, reader: NodeStatsReader, *, mhz_per_cpu: 
 
 async def allocation_stats(request: web.Request) -> web.StreamResponse:
     query = parse_query(request.query)
-    raw_id = request.match_info["alloc_id"]
-    alloc_id = parse_alloc_id(raw_id)
-    ctx = context(request)
-    store = await synced_store(ctx)
-    alloc = store.get(alloc_id) if alloc_id else None
-    namespace = query.namespace if alloc is None else alloc.namespace
-    await ctx.authorizer.check(caller(request), READ_JOB, namespace)
-    if alloc is None:
-        raise ApiError(404, f"Unknown allocation {go_quote(raw_id)}")
+    alloc = await readable_allocation(request, READ_JOB)
     task = request.query.get("task", "")
     tasks = task_names(alloc)
     if task and task not in tasks:

@@ -11,7 +11,8 @@ from allocbridge.actions.lifecycle import Actions, Target
 from allocbridge.api.context import caller, context, synced_store
 from allocbridge.api.errors import ApiError
 from allocbridge.api.ids import parse_alloc_id
-from allocbridge.auth import Capability
+from allocbridge.api.query import parse_query
+from allocbridge.auth import Authorizer, Caller, Capability, PermissionDeniedError
 from allocbridge.model.goformat import go_quote
 from allocbridge.store import StoredAllocation
 
@@ -32,6 +33,36 @@ async def target(
         raise ApiError(404, not_found or f"Unknown allocation {go_quote(raw_id)}")
     await ctx.authorizer.check(caller(request), capability, alloc.namespace)
     return alloc, Target(alloc.namespace, alloc.object_name, alloc.id)
+
+
+async def readable_allocation(request: web.Request, *capabilities: Capability) -> StoredAllocation:
+    """The allocation a client read endpoint (checks, stats, logs) serves, in Nomad's order:
+    any of `capabilities` on the allocation's namespace (the request's, for an unknown ID, so
+    a bad token is denied whether or not the ID exists), then 404 `Unknown allocation`."""
+    raw_id = request.match_info["alloc_id"]
+    alloc_id = parse_alloc_id(raw_id)
+    ctx = context(request)
+    store = await synced_store(ctx)
+    alloc = store.get(alloc_id) if alloc_id else None
+    namespace = parse_query(request.query).namespace if alloc is None else alloc.namespace
+    await check_any(ctx.authorizer, caller(request), namespace, capabilities)
+    if alloc is None:
+        raise ApiError(404, f"Unknown allocation {go_quote(raw_id)}")
+    return alloc
+
+
+async def check_any(
+    authorizer: Authorizer, who: Caller, namespace: str, capabilities: tuple[Capability, ...]
+) -> None:
+    """Passes if any of `capabilities` is granted in `namespace`; else the last denial."""
+    denied = PermissionDeniedError()
+    for capability in capabilities:
+        try:
+            await authorizer.check(who, capability, namespace)
+            return
+        except PermissionDeniedError as exc:
+            denied = exc
+    raise denied
 
 
 def actions(request: web.Request) -> Actions:
