@@ -14,7 +14,7 @@ never runs on, nor fails because of, an allocation the caller may not read.
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
-from typing import Any, Final
+from typing import Any, Final, TypeVar
 
 from aiohttp import web
 
@@ -22,7 +22,7 @@ from allocbridge.api.blocking import blocking_query
 from allocbridge.api.context import caller, context, synced_store
 from allocbridge.api.errors import ApiError
 from allocbridge.api.ids import parse_prefix
-from allocbridge.api.query import StubFields, parse_query, parse_stub_fields
+from allocbridge.api.query import QueryOptions, StubFields, parse_query, parse_stub_fields
 from allocbridge.api.render import json_response, meta_headers, render
 from allocbridge.api.routing import Endpoint
 from allocbridge.auth import ALL_NAMESPACES, READ_JOB, Authorizer, Caller
@@ -30,6 +30,7 @@ from allocbridge.model.filter import FilterEvaluationError, FilterSyntaxError, c
 from allocbridge.store import AllocationStore, Page, StoredAllocation, list_page, stub_jsons
 
 Predicate = Callable[[StoredAllocation], bool]
+T = TypeVar("T")
 Matcher = Callable[[Mapping[str, Any]], bool]  # a compiled filter, on an allocation's datum
 
 #: Bodies larger than this go out in pieces of about this size (see `_send_stubs`).
@@ -62,17 +63,28 @@ async def list_allocations(request: web.Request) -> web.StreamResponse:
         )
         return store.index, page
 
-    try:
-        index, page = await blocking_query(
-            store, query, run, prepare=None if readable is None else readable.update
-        )
-    except FilterEvaluationError as exc:
-        raise ApiError(400, f"failed to read result page: {exc}") from exc
+    index, page = await filtered_blocking_query(store, query, run, readable)
     headers = meta_headers(index, next_token=page.next_token)
     if query.pretty:
         return json_response(_pretty_body(page.items, fields), headers=headers)
     stubs = stub_jsons(page.items, task_states=fields.task_states, resources=fields.resources)
     return await _send_stubs(request, stubs, headers)
+
+
+async def filtered_blocking_query(
+    store: AllocationStore,
+    query: QueryOptions,
+    run: Callable[[], tuple[int, T]],
+    readable: ReadableNamespaces | None,
+) -> tuple[int, T]:
+    """`blocking_query` of a filtered list (allocations, jobs): the namespaces the caller may
+    read are refreshed before each run, and a filter that fails on an item is Nomad's 400."""
+    try:
+        return await blocking_query(
+            store, query, run, prepare=None if readable is None else readable.update
+        )
+    except FilterEvaluationError as exc:
+        raise ApiError(400, f"failed to read result page: {exc}") from exc
 
 
 class ReadableNamespaces:

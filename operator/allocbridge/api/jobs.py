@@ -21,15 +21,17 @@ from typing import Any
 
 from aiohttp import web
 
-from allocbridge.api.allocations import ReadableNamespaces, compile_matcher
+from allocbridge.api.allocations import (
+    ReadableNamespaces,
+    compile_matcher,
+    filtered_blocking_query,
+)
 from allocbridge.api.blocking import blocking_query
 from allocbridge.api.context import caller, context, synced_store
-from allocbridge.api.errors import ApiError
 from allocbridge.api.query import parse_query
 from allocbridge.api.render import json_response, meta_headers, render
 from allocbridge.api.routing import Endpoint
 from allocbridge.auth import ALL_NAMESPACES, READ_JOB
-from allocbridge.model.filter import FilterEvaluationError
 from allocbridge.store import Page, StoredAllocation, stub_jsons
 from allocbridge.store.jobs import job_stub
 from allocbridge.store.paging import paginate
@@ -68,12 +70,7 @@ async def list_jobs(request: web.Request) -> web.StreamResponse:
         )
         return store.index, page
 
-    try:
-        index, page = await blocking_query(
-            store, query, run, prepare=None if readable is None else readable.update
-        )
-    except FilterEvaluationError as exc:
-        raise ApiError(400, f"failed to read result page: {exc}") from exc
+    index, page = await filtered_blocking_query(store, query, run, readable)
     headers = meta_headers(index, next_token=page.next_token)
     return json_response(render(page.items, pretty=query.pretty), headers=headers)
 
