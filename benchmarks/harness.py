@@ -21,7 +21,6 @@ import os
 import platform
 import re
 import signal
-import socket
 import ssl
 import subprocess
 import sys
@@ -39,6 +38,7 @@ from allocbridge.config import AclSettings, KubernetesSettings, local_settings, 
 from allocbridge.localcluster import LocalCluster
 from allocbridge.localcluster.binaries import BinariesMissingError
 from allocbridge.localcluster.pki import Pki, write_token_kubeconfig
+from allocbridge.localcluster.ports import free_ports
 from allocbridge.localcluster.realnode import why_unavailable
 
 REPO: Final = Path(__file__).resolve().parents[1]
@@ -60,13 +60,6 @@ class BenchError(RuntimeError):
 def log(message: str) -> None:
     """Progress on stderr, so stdout carries only the table."""
     print(f"[{time.strftime('%H:%M:%S')}] {message}", file=sys.stderr, flush=True)
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port: int = sock.getsockname()[1]
-        return port
 
 
 # --- /proc ------------------------------------------------------------------------------------
@@ -344,8 +337,8 @@ class OperatorProcess:
     peering: str | None = None  # None: standalone (reconciles); else a member of this peering
     priority: int = 0
     acl: bool = True
-    api_port: int = field(default_factory=free_port)
-    ops_port: int = field(default_factory=free_port)
+    api_port: int = field(default_factory=lambda: free_ports(1)[0])
+    ops_port: int = field(default_factory=lambda: free_ports(1)[0])
     process: subprocess.Popen[bytes] | None = None
 
     @property

@@ -10,7 +10,6 @@ import base64
 import json
 import os
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -33,6 +32,7 @@ from allocbridge.config import (
 from allocbridge.localcluster import LocalCluster, realnode
 from allocbridge.localcluster.binaries import default_bin_dir
 from allocbridge.localcluster.pki import write_token_kubeconfig
+from allocbridge.localcluster.ports import free_ports
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -67,13 +67,6 @@ def make_namespace(kubectl: Any, name: str, annotations: dict[str, str]) -> Iter
     )
     yield name
     kubectl("delete", "namespace", name, "--wait=false", check=False)
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port: int = sock.getsockname()[1]
-        return port
 
 
 def http(
@@ -132,7 +125,7 @@ class Operator:
         namespace unless `namespaces` names some."""
         self.folder = folder
         self.grace = grace
-        self.api_port, self.ops_port = free_port(), free_port()
+        self.api_port, self.ops_port = free_ports(2)
         self.api = f"http://127.0.0.1:{self.api_port}"
         self.ops = f"http://127.0.0.1:{self.ops_port}"
         self.config = folder / "allocbridge.hcl"
@@ -168,6 +161,14 @@ class Operator:
         return self
 
     def ready(self) -> bool:
+        """True once `/health` says the store synced and Kubernetes answers; fails at once,
+        with the end of the operator's log, if the process has exited."""
+        if self.process is not None and self.process.poll() is not None:
+            tail = self.log.read_text(errors="replace").splitlines()[-20:]
+            pytest.fail(
+                f"the operator exited with {self.process.returncode} before it was ready; "
+                "the end of its log:\n" + "\n".join(tail)
+            )
         status, body, _ = http(self.ops + "/health?worker_info=1")
         info = json.loads(body)["worker_process_info"]
         return status == 200 and info["upstream_connection_state"] == "READY"

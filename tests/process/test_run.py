@@ -34,12 +34,7 @@ from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import NameOID
 
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port: int = sock.getsockname()[1]
-        return port
+from allocbridge.localcluster.ports import free_ports
 
 
 @dataclass
@@ -123,7 +118,7 @@ listener "tcp" {{
 
 @pytest.fixture
 def replica(tmp_path: Path) -> Iterator[Running]:
-    api_port, ops_port = free_port(), free_port()
+    api_port, ops_port = free_ports(2)
     running = start(tmp_path, config(api_port, ops_port), api_port, ops_port)
     wait_for(lambda: worker_state(running) == "active", what="the listeners to serve")
     yield running
@@ -190,7 +185,7 @@ def test_a_port_without_a_host_listens_on_every_interface(tmp_path: Path) -> Non
     outside = non_loopback_ipv4()
     if outside is None:
         pytest.skip("this machine has no non-loopback IPv4 address to connect through")
-    api_port, ops_port = free_port(), free_port()
+    api_port, ops_port = free_ports(2)
     text = config(api_port, ops_port).replace(f'"127.0.0.1:{ops_port}"', f'":{ops_port}"')
     running = start(tmp_path, text, api_port, ops_port)
     try:
@@ -244,7 +239,7 @@ def test_answers_close_their_kept_alive_connection_while_draining(replica: Runni
 
 
 def test_second_signal_ends_the_wait_early(tmp_path: Path) -> None:
-    api_port, ops_port = free_port(), free_port()
+    api_port, ops_port = free_ports(2)
     running = start(tmp_path, config(api_port, ops_port, grace='"1m"'), api_port, ops_port)
     try:
         wait_for(lambda: worker_state(running) == "active", what="the listeners to serve")
@@ -258,7 +253,7 @@ def test_second_signal_ends_the_wait_early(tmp_path: Path) -> None:
 
 
 def test_without_grace_period_sigterm_stops_at_once(tmp_path: Path) -> None:
-    api_port, ops_port = free_port(), free_port()
+    api_port, ops_port = free_ports(2)
     running = start(tmp_path, config(api_port, ops_port, grace=None), api_port, ops_port)
     try:
         wait_for(lambda: worker_state(running) == "active", what="the listeners to serve")
@@ -273,7 +268,7 @@ def test_without_grace_period_sigterm_stops_at_once(tmp_path: Path) -> None:
 
 
 def test_health_is_absent_without_controller_block(tmp_path: Path) -> None:
-    api_port, ops_port = free_port(), free_port()
+    api_port, ops_port = free_ports(2)
     running = start(tmp_path, config(api_port, ops_port, controller=False), api_port, ops_port)
     try:
         wait_for(lambda: get(running.ops + "/metrics")[0] == 200, what="/metrics")
@@ -313,7 +308,7 @@ def write_certificate(folder: Path) -> tuple[Path, Path]:
 
 def test_tls_api_listener(tmp_path: Path) -> None:
     cert, key = write_certificate(tmp_path)
-    api_port, ops_port = free_port(), free_port()
+    api_port, ops_port = free_ports(2)
     text = f"""
 controller {{ name = "tls" }}
 listener "tcp" {{
