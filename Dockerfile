@@ -1,9 +1,10 @@
 # allocbridge's container image with Docker: `make image-docker` (docker build -t allocbridge:dev .;
 # the base is the PYTHON_IMAGE build argument). `make image` builds the same image without
-# Docker, from Debian's python3.11 packages (operator/allocbridge/localcluster/operator_image.py).
+# Docker, from Debian's python3.11 packages (localcluster/allocbridge_localcluster/operator_image.py).
 #
 # The builder stage installs the package and its pinned dependencies (wheels only) into a
-# virtual environment, without allocbridge.localcluster (the test control plane); the final
+# virtual environment (the test control plane, `localcluster/`, is a package of its own and is
+# not copied); the final
 # stage gets only that environment on the same slim base, so it holds no pip caches, sources
 # or build tools, and runs as an unprivileged numeric user (which `runAsNonRoot` can verify).
 
@@ -17,8 +18,7 @@ WORKDIR /src
 # Every dependency ships wheels for CPython 3.11 on amd64 and arm64, so no compiler is needed.
 COPY pyproject.toml README.md ./
 COPY operator ./operator
-RUN rm -rf operator/allocbridge/localcluster \
- && /opt/allocbridge/bin/pip install --only-binary=:all: --no-deps -r operator/requirements.txt \
+RUN /opt/allocbridge/bin/pip install --only-binary=:all: --no-deps -r operator/requirements.txt \
  && /opt/allocbridge/bin/pip install --no-deps .
 
 FROM ${PYTHON_IMAGE}

@@ -14,12 +14,12 @@ GO_MODULES := benchmarks/goclients tests/goclient
 
 all: test
 
-$(BIN)/.installed: pyproject.toml
+$(BIN)/.installed: pyproject.toml localcluster/pyproject.toml
 	@$(PYTHON) -c 'import sys; sys.exit(sys.version_info < (3, 11))' || \
 	  { echo "error: allocbridge needs Python 3.11 or newer as '$(PYTHON)'" >&2; exit 2; }
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install --quiet --upgrade pip
-	$(BIN)/pip install --quiet -e '.[dev]'
+	$(BIN)/pip install --quiet -e '.[dev]' -e ./localcluster
 	touch $@
 
 venv: $(BIN)/.installed
@@ -32,8 +32,8 @@ controlplane:
 	@controlplane/node-packages.sh
 
 lint: $(BIN)/.installed
-	$(BIN)/ruff check operator tests benchmarks
-	$(BIN)/ruff format --check operator tests benchmarks
+	$(BIN)/ruff check operator localcluster tests benchmarks
+	$(BIN)/ruff format --check operator localcluster tests benchmarks
 	$(BIN)/mypy
 	$(BIN)/mypy benchmarks
 	$(BIN)/mypy tests/unit tests/process tests/conftest.py
@@ -59,10 +59,10 @@ bench: $(BIN)/.installed controlplane
 	ALLOCBRIDGE_CONTROLPLANE_BIN=$(abspath $(CONTROLPLANE_BIN)) $(BIN)/python -m benchmarks $(BENCH_ARGS)
 
 # The container image without Docker: an OCI layout tar under .cache/images/ assembled from
-# Debian's python3.11 packages and the pinned wheels (operator/allocbridge/localcluster/
+# Debian's python3.11 packages and the pinned wheels (localcluster/allocbridge_localcluster/
 # operator_image.py), tagged docker.io/library/$(IMAGE).
 image: $(BIN)/.installed
-	$(BIN)/python -m allocbridge.localcluster.operator_image --name $(IMAGE)
+	$(BIN)/python -m allocbridge_localcluster.operator_image --name $(IMAGE)
 
 # The same image with Docker (Dockerfile: a builder stage with the virtual environment, a slim
 # non-root final stage; PYTHON_IMAGE is its base).

@@ -35,11 +35,11 @@ import orjson
 import yaml
 
 from allocbridge.config import AclSettings, KubernetesSettings, local_settings, render
-from allocbridge.localcluster import LocalCluster
-from allocbridge.localcluster.binaries import BinariesMissingError
-from allocbridge.localcluster.pki import Pki, write_token_kubeconfig
-from allocbridge.localcluster.ports import free_ports
-from allocbridge.localcluster.realnode import why_unavailable
+from allocbridge_localcluster import LocalCluster
+from allocbridge_localcluster.binaries import BinariesMissingError
+from allocbridge_localcluster.pki import Pki, write_token_kubeconfig
+from allocbridge_localcluster.ports import free_ports
+from allocbridge_localcluster.realnode import why_unavailable
 
 REPO: Final = Path(__file__).resolve().parents[1]
 GROUP: Final = "allocbridge.io"

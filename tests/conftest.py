@@ -31,8 +31,8 @@ import pytest
 from kubernetes_asyncio import client as k8s_client
 from kubernetes_asyncio import config as k8s_config
 
-from allocbridge.localcluster import BinariesMissingError, LocalCluster, realnode
-from allocbridge.localcluster.binaries import default_bin_dir
+from allocbridge_localcluster import BinariesMissingError, LocalCluster, realnode
+from allocbridge_localcluster.binaries import default_bin_dir
 
 NODE_NAME = "node-1"
 _CLUSTER_TESTS = Path(__file__).parent / "cluster"

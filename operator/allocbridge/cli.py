@@ -38,8 +38,17 @@ def main(argv: Sequence[str] | None = None) -> int:
         return check_config(args.file)
     if args.command == "run":
         return run_command(args.config)
-    from allocbridge.devmode import run_dev  # noqa: PLC0415 - only `dev` needs it
-
+    try:  # only `dev` needs the local cluster, a package of its own (not in the image)
+        from allocbridge_localcluster.devmode import run_dev  # noqa: PLC0415
+    except ModuleNotFoundError as err:
+        if err.name != "allocbridge_localcluster":
+            raise
+        print(
+            "error: `allocbridge dev` needs the local cluster package: "
+            "pip install -e ./localcluster (make dev does this)",
+            file=sys.stderr,
+        )
+        return 2
     return run_dev(args.state_dir, api_port=args.api_port, ops_port=args.ops_port, kwok=args.kwok)
 
 

@@ -17,7 +17,7 @@ from running_operator import (
     service_account_kubeconfig,
 )
 
-from allocbridge.localcluster import BinariesMissingError, LocalCluster
+from allocbridge_localcluster import BinariesMissingError, LocalCluster
 
 
 @pytest.fixture(scope="session")

@@ -29,10 +29,10 @@ from allocbridge.config import (
     local_settings,
     render,
 )
-from allocbridge.localcluster import LocalCluster, realnode
-from allocbridge.localcluster.binaries import default_bin_dir
-from allocbridge.localcluster.pki import write_token_kubeconfig
-from allocbridge.localcluster.ports import free_ports
+from allocbridge_localcluster import LocalCluster, realnode
+from allocbridge_localcluster.binaries import default_bin_dir
+from allocbridge_localcluster.pki import write_token_kubeconfig
+from allocbridge_localcluster.ports import free_ports
 
 REPO = Path(__file__).resolve().parents[2]
 

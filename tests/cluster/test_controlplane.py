@@ -23,8 +23,8 @@ from kubernetes_asyncio import client as k8s_client
 from kubernetes_asyncio import config as k8s_config
 from kubernetes_asyncio.client.rest import ApiException
 
-from allocbridge.localcluster import LocalCluster, write_token_kubeconfig
-from allocbridge.localcluster.stages import SANDBOX_CONDITION
+from allocbridge_localcluster import LocalCluster, write_token_kubeconfig
+from allocbridge_localcluster.stages import SANDBOX_CONDITION
 
 V5 = "v5.channel.k8s.io"
 V4 = "v4.channel.k8s.io"

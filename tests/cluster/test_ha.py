@@ -41,7 +41,7 @@ from running_operator import (
 )
 
 from allocbridge.config import LogSettings
-from allocbridge.localcluster import LocalCluster
+from allocbridge_localcluster import LocalCluster
 
 pytestmark = pytest.mark.cluster
 

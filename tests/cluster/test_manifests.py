@@ -22,7 +22,7 @@ from running_operator import REPO, eventually, install
 
 from allocbridge.app import IN_FLIGHT_TIMEOUT
 from allocbridge.config import load_file, load_text
-from allocbridge.localcluster.binaries import default_bin_dir
+from allocbridge_localcluster.binaries import default_bin_dir
 
 pytestmark = pytest.mark.cluster
 

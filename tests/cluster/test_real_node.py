@@ -1,6 +1,6 @@
 """The local cluster's real node itself: what it runs, what it serves, and what it leaves behind.
 
-The node (operator/allocbridge/localcluster/realnode.py) runs kubelet, kube-proxy, containerd,
+The node (localcluster/allocbridge_localcluster/realnode.py) runs kubelet, kube-proxy, containerd,
 runc and the CNI bridge on this machine. These tests check it as a user of `make dev` sees it
 (a containerd runtime, the stand-in images, a pod IP that serves HTTP, a ClusterIP through
 kube-proxy) and that stopping it gives the machine back as it was: processes, mounts, cgroups,
@@ -17,7 +17,7 @@ from typing import Any
 import pytest
 from running_operator import REPO, Operator, eventually
 
-from allocbridge.localcluster import hoststate, realnode
+from allocbridge_localcluster import hoststate, realnode
 
 pytestmark = pytest.mark.cluster
 

@@ -37,8 +37,8 @@ from running_operator import (
 from scripted import IMAGE, end_container, scripted_task
 
 from allocbridge.cluster.resources import GROUP, PLURAL, VERSION
-from allocbridge.localcluster import LocalCluster
 from allocbridge.model.placement import bound_ns
+from allocbridge_localcluster import LocalCluster
 
 pytestmark = pytest.mark.cluster
 

@@ -17,7 +17,7 @@ from collections.abc import Iterator
 import pytest
 from e2e_support import REPORT, Deployed, deploy
 
-from allocbridge.localcluster import BinariesMissingError, LocalCluster, realnode
+from allocbridge_localcluster import BinariesMissingError, LocalCluster, realnode
 
 
 @pytest.fixture(scope="session")

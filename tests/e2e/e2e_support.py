@@ -25,8 +25,8 @@ from typing import Any
 
 import aiohttp
 
-from allocbridge.localcluster import LocalCluster
-from allocbridge.localcluster.operator_image import build
+from allocbridge_localcluster import LocalCluster
+from allocbridge_localcluster.operator_image import build
 
 REPO = Path(__file__).resolve().parents[2]
 NAMESPACE = "allocbridge-system"

@@ -105,7 +105,7 @@ def test_the_image_holds_the_operator_and_not_the_test_control_plane(deployed: D
     probe = (
         "import importlib.util, shutil, sys\n"
         "print(importlib.util.find_spec('allocbridge.app') is not None,"
-        " importlib.util.find_spec('allocbridge.localcluster') is None,"
+        " importlib.util.find_spec('allocbridge_localcluster') is None,"
         " [t for t in ('gcc', 'cc', 'pip', 'apt-get', 'dpkg', 'kubelet') if shutil.which(t)],"
         " sys.version_info[:2])"
     )

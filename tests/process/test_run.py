@@ -34,7 +34,7 @@ from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import NameOID
 
-from allocbridge.localcluster.ports import free_ports
+from allocbridge_localcluster.ports import free_ports
 
 
 @dataclass

@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from allocbridge.localcluster.audit import AuditedRequest, read_audit_log
+from allocbridge_localcluster.audit import AuditedRequest, read_audit_log
 
 
 def test_a_recorded_watch_gives_its_path_selectors_client_and_code(tmp_path: Path) -> None:

@@ -9,7 +9,7 @@ import pytest
 
 from allocbridge import config
 from allocbridge.cli import main
-from allocbridge.devmode import dev_config
+from allocbridge_localcluster.devmode import dev_config
 
 OPEN_LISTENERS = """
 listener "tcp" {

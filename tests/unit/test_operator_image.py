@@ -3,7 +3,7 @@ and how an image name is stored (the build itself runs in `make e2e`)."""
 
 from __future__ import annotations
 
-from allocbridge.localcluster.operator_image import _first_alternatives, normalize
+from allocbridge_localcluster.operator_image import _first_alternatives, normalize
 
 LISTING = """\
 libpython3.11-stdlib

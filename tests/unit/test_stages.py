@@ -6,7 +6,7 @@ from typing import Any
 
 import yaml
 
-from allocbridge.localcluster.stages import (
+from allocbridge_localcluster.stages import (
     KUBELET_VERSION_ANNOTATION,
     SANDBOX_CONDITION,
     kwok_config,

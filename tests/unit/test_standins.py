@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from allocbridge.localcluster.kubelet import (
+from allocbridge_localcluster.kubelet import (
     SignalRecord,
     container_ended,
     honours_own_restart_policy,
@@ -20,8 +20,8 @@ from allocbridge.localcluster.kubelet import (
     signal_number,
     terminates,
 )
-from allocbridge.localcluster.sandbox import exec_path
-from allocbridge.localcluster.standins import GUARD_FOLDER, NAMES, write_standins
+from allocbridge_localcluster.sandbox import exec_path
+from allocbridge_localcluster.standins import GUARD_FOLDER, NAMES, write_standins
 
 
 @pytest.fixture

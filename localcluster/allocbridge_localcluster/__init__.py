@@ -7,7 +7,7 @@ undone by `hoststate.py`). See `cluster.py` for its use, `sandbox.py` for what h
 exec'd into kwok's pods, `kubelet.py` for how they end and restart, and `standins.py` for the
 recording `kill` that makes signalling safe on the host.
 
-The names below are imported lazily, so that `python -m allocbridge.localcluster.sandbox` (the
+The names below are imported lazily, so that `python -m allocbridge_localcluster.sandbox` (the
 kubelet simulation's process) does not import its own module twice.
 """
 

@@ -10,7 +10,7 @@ node. It mirrors the Dockerfile's final stage:
   Deployment's init container runs;
 * a virtual environment in `/opt/allocbridge` holds the project's wheel and the dependencies
   pinned in `operator/requirements.txt`, installed by pip with wheels only (no compiler);
-* the project's wheel is built from a copy of the sources without `allocbridge.localcluster`
+* the project's wheel is built from a copy of the sources without `allocbridge_localcluster`
   (the test control plane), so the image cannot import it; byte code is compiled here with
   unchecked hashes, since the root filesystem is read-only at run time and the layer's files
   all carry one fixed mtime;
@@ -35,7 +35,7 @@ from pathlib import Path
 
 from .images import ImageBuildError, fetch_debs, layer_tar, write_oci_layout
 
-REPO = Path(__file__).resolve().parents[3]
+REPO = Path(__file__).resolve().parents[2]
 REQUIREMENTS = REPO / "operator" / "requirements.txt"
 DEFAULT_NAME = "allocbridge:dev"
 VENV = "opt/allocbridge"
@@ -165,7 +165,7 @@ def pin_requirements(out: Path = REQUIREMENTS) -> Path:
     header = (
         "# The image's runtime dependencies, pinned (the Dockerfile and `make image` install\n"
         "# exactly these, wheels only). Regenerate from a dev venv after changing pyproject:\n"
-        "#   .venv/bin/python -m allocbridge.localcluster.operator_image --pin\n"
+        "#   .venv/bin/python -m allocbridge_localcluster.operator_image --pin\n"
     )
     out.write_text(header + "".join(f"{k}=={v}\n" for k, v in sorted(pins.items())))
     return out
@@ -224,7 +224,7 @@ def _busybox_applets(rootfs: Path) -> None:
 
 
 def _install_python_packages(rootfs: Path, tmp: Path) -> None:
-    """The venv: the pinned wheels and the project's own wheel (built without localcluster)."""
+    """The venv: the pinned wheels and the project's own wheel."""
     source = tmp / "source"
     source.mkdir()
     for name in ("pyproject.toml", "README.md"):
@@ -232,7 +232,7 @@ def _install_python_packages(rootfs: Path, tmp: Path) -> None:
     shutil.copytree(
         REPO / "operator" / "allocbridge",
         source / "operator" / "allocbridge",
-        ignore=shutil.ignore_patterns("__pycache__", "*.pyc", "localcluster"),
+        ignore=shutil.ignore_patterns("__pycache__", "*.pyc"),
     )
     wheels = tmp / "wheels"
     pip = [sys.executable, "-m", "pip", "--disable-pip-version-check", "--no-input"]

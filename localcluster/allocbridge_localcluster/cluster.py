@@ -85,7 +85,7 @@ SANDBOX_UID = 65534
 SANDBOX_GID = 65534
 SERVICE_CIDR = "10.96.0.0/16"
 POD_CIDR = "10.244.0.0/16"
-_OPERATOR_ROOT = Path(__file__).resolve().parents[2]
+_PACKAGE_ROOT = Path(__file__).resolve().parents[1]  # what the sandbox process imports
 
 
 class ClusterStartError(RuntimeError):
@@ -597,7 +597,7 @@ class LocalCluster:
         argv = [
             sys.executable,
             "-m",
-            "allocbridge.localcluster.sandbox",
+            "allocbridge_localcluster.sandbox",
             "--kubeconfig",
             str(self.kubeconfig),
             "--root",
@@ -611,7 +611,7 @@ class LocalCluster:
             argv += ["--run-as", "{}:{}".format(*self.sandbox_user)]
         env = dict(os.environ)
         env["PYTHONPATH"] = os.pathsep.join(
-            [str(_OPERATOR_ROOT), *filter(None, [env.get("PYTHONPATH")])]
+            [str(_PACKAGE_ROOT), *filter(None, [env.get("PYTHONPATH")])]
         )
         self._spawn("sandbox", argv, env)
 

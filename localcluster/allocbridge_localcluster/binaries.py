@@ -36,7 +36,7 @@ class BinariesMissingError(RuntimeError):
 
 def repo_root() -> Path | None:
     """The source checkout this package runs from, if it runs from one (editable install)."""
-    root = Path(__file__).resolve().parents[3]
+    root = Path(__file__).resolve().parents[2]
     return root if (root / "controlplane" / "build.sh").is_file() else None
 
 

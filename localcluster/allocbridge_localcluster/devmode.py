@@ -17,9 +17,10 @@ import sys
 from pathlib import Path
 
 from allocbridge import app, config, logs
-from allocbridge.localcluster.binaries import BinariesMissingError, default_bin_dir
-from allocbridge.localcluster.cluster import LocalCluster
-from allocbridge.localcluster.realnode import why_unavailable
+
+from .binaries import BinariesMissingError, default_bin_dir
+from .cluster import LocalCluster
+from .realnode import why_unavailable
 
 REPO = Path(__file__).resolve().parents[2]
 

@@ -5,7 +5,7 @@ makes that safe and makes containers react to what is sent into them, the way th
 signal, restart and pause actions expect from a real kubelet. The rules a container reacts by
 (signals, the exit file, the pod status after an end, PID 1) are in `kubelet.py`.
 
-Run as `python -m allocbridge.localcluster.sandbox ...` (LocalCluster starts and stops it), it:
+Run as `python -m allocbridge_localcluster.sandbox ...` (LocalCluster starts and stops it), it:
 
 1. watches pods bound to the local cluster's kwok nodes and, for each, creates the sandbox
    folders `<root>/<namespace>/<pod>/<container>/` (owned by the sandbox user) and a kwok `Exec`
@@ -69,7 +69,7 @@ from .standins import (
     search_path,
 )
 
-log = logging.getLogger("allocbridge.localcluster.sandbox")
+log = logging.getLogger("allocbridge_localcluster.sandbox")
 
 SANDBOX_PATH = "/usr/local/bin:/usr/bin:/bin"
 EXEC_API = "/apis/kwok.x-k8s.io/v1alpha1"
