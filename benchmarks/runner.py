@@ -22,7 +22,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Final
 
-from allocbridge.localcluster import realnode
+from allocbridge_localcluster import realnode
 from benchmarks import (
     blocking,
     exec_stream,
