@@ -32,7 +32,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Final
 
-from allocbridge.api.exec import OUTPUT_CHUNK
+from allocbridge.model.execframes import OUTPUT_CHUNK
 from benchmarks import golang
 from benchmarks.harness import Bench, BenchError, OperatorProcess, log
 from benchmarks.table import Row, mb, median, share_of

@@ -1,4 +1,4 @@
-"""Exec frames without I/O: Nomad's JSON frames (api.exec) and Kubernetes' channels (podexec)."""
+"""Exec frames without I/O: Nomad's (model.execframes) and Kubernetes' (cluster.podexec)."""
 
 from __future__ import annotations
 
@@ -7,7 +7,17 @@ import json
 
 import pytest
 
-from allocbridge.api.exec import (
+from allocbridge.api.exec import parse_command, parse_flag
+from allocbridge.cluster.podexec import (
+    Channel,
+    ExecError,
+    decode_frame,
+    encode_close,
+    encode_frame,
+    encode_resize,
+    exit_code_from_status,
+)
+from allocbridge.model.execframes import (
     HEARTBEAT_FRAME,
     MAX_REASON,
     OUTPUT_CHUNK,
@@ -18,18 +28,7 @@ from allocbridge.api.exec import (
     encode_exited,
     encode_output,
     encode_output_close,
-    parse_command,
-    parse_flag,
     parse_handshake,
-)
-from allocbridge.cluster.podexec import (
-    Channel,
-    ExecError,
-    decode_frame,
-    encode_close,
-    encode_frame,
-    encode_resize,
-    exit_code_from_status,
 )
 
 ALL_BYTES = bytes(range(256))

@@ -22,19 +22,17 @@ from allocations_fixture import SAMPLE, sample_store
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from allocbridge.api.exec import (
-    POLICY_VIOLATION,
-    ClientFrame,
-    FrameError,
-    decode_client_frame,
-    enable_exec,
-    parse_command,
-    parse_handshake,
-)
+from allocbridge.api.exec import POLICY_VIOLATION, enable_exec, parse_command
 from allocbridge.api.server import create_app
 from allocbridge.auth import AllowAll
 from allocbridge.cluster.podexec import Channel, Event, Exited, Output, PodExecutor
 from allocbridge.lifecycle import Lifecycle
+from allocbridge.model.execframes import (
+    ClientFrame,
+    FrameError,
+    decode_client_frame,
+    parse_handshake,
+)
 from allocbridge.telemetry import Metrics
 
 RUNNING = SAMPLE[0][0]  # a running allocation with the task "server"
