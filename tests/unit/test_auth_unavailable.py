@@ -14,7 +14,8 @@ from kubernetes_asyncio import client
 from allocbridge.api.server import create_app
 from allocbridge.auth import AuthUnavailableError, Caller, Capability
 from allocbridge.auth.kubernetes import KubernetesAuthorizer, ReviewCache
-from allocbridge.cluster.reviews import ReviewedUser, Reviews, ReviewUnavailableError, TokenVerdict
+from allocbridge.cluster.errors import UnavailableError
+from allocbridge.cluster.reviews import ReviewedUser, Reviews, TokenVerdict
 from allocbridge.telemetry import Metrics
 
 
@@ -40,7 +41,7 @@ class FlakyReviews:
     async def authenticate(self, token: str) -> TokenVerdict:
         self.calls += 1
         if self.down:
-            raise ReviewUnavailableError("the API server is unreachable")
+            raise UnavailableError("the API server is unreachable")
         return TokenVerdict(ReviewedUser(username="alice"))
 
     async def allowed(self, user: ReviewedUser, verb: str, namespace: str) -> bool:
@@ -85,5 +86,5 @@ async def test_a_real_review_call_to_a_closed_port_is_unavailable() -> None:
     configuration = client.Configuration(host=f"https://127.0.0.1:{port}")
     async with client.ApiClient(configuration) as api:
         reviews = Reviews(api, timeout=5.0)
-        with pytest.raises(ReviewUnavailableError, match="unreachable"):
+        with pytest.raises(UnavailableError, match="unreachable"):
             await reviews.authenticate("tok")

@@ -12,6 +12,7 @@ from kubernetes_asyncio import client
 from allocbridge.actions import lifecycle
 from allocbridge.actions.lifecycle import ActionError, Actions, Mutation, Target
 from allocbridge.cluster.commands import CommandError, CommandResult
+from allocbridge.cluster.errors import from_status
 from allocbridge.cluster.resources import Json, Kube
 from allocbridge.lifecycle import Lifecycle, Next, Phase, Upstream
 from allocbridge.model import pid1 as pid1_rules
@@ -258,14 +259,18 @@ async def test_an_exec_the_api_server_refuses_is_a_task_not_running(
     not running`; anything else stays an internal fault, with its text."""
 
     async def refused(*_: object) -> CommandResult:
-        raise CommandError("the API server refused the exec", status=status)
+        if status is None:  # the exec started, then failed
+            raise CommandError("the exec stream failed")
+        raise from_status(status, "the API server refused the exec")
 
     monkeypatch.setattr(lifecycle, "run_command", refused)
     actions = Actions(cast(Kube, FakeKube(None)), cast(client.Configuration, None))
     with pytest.raises(ActionError) as failed:
         await actions.exec(TARGET, "main", ["kill", "-TERM", "1"])
     assert failed.value.status == code
-    assert failed.value.message == "Task not running" or "refused the exec" in failed.value.message
+    assert failed.value.message == "Task not running" or any(
+        text in failed.value.message for text in ("refused the exec", "stream failed")
+    )
 
 
 @pytest.mark.parametrize(

@@ -9,8 +9,8 @@ from typing import Any, cast
 
 import pytest
 import uvloop
-from kubernetes_asyncio.client.exceptions import ApiException
 
+from allocbridge.cluster.errors import from_status
 from allocbridge.reconcile import runner
 from allocbridge.reconcile.runner import OperatorThread
 
@@ -41,7 +41,7 @@ class _PeeringKube:
         answer = self.answers.pop(0)
         if isinstance(answer, bool):
             return answer
-        raise ApiException(status=answer)
+        raise from_status(answer, f"the API server answered {answer}")
 
 
 @pytest.fixture

@@ -11,8 +11,8 @@ import pytest
 from aiohttp import web
 from aiohttp.test_utils import TestServer
 from kubernetes_asyncio import client
-from kubernetes_asyncio.client.exceptions import ApiException
 
+from allocbridge.cluster.errors import ConflictError
 from allocbridge.cluster.resources import send_json
 
 
@@ -68,7 +68,7 @@ async def test_the_body_goes_as_json_with_the_clients_credentials(
     assert request["headers"]["User-Agent"] == api.user_agent
 
 
-async def test_an_error_status_raises_what_the_client_would(api: client.ApiClient) -> None:
-    with pytest.raises(ApiException) as raised:
+async def test_an_error_status_raises_its_kind_of_kubernetes_error(api: client.ApiClient) -> None:
+    with pytest.raises(ConflictError) as raised:
         await send_json(api, "POST", "/api/v1/namespaces/ns/pods/taken", {"kind": "Pod"})
     assert raised.value.status == 409

@@ -25,10 +25,9 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from kubernetes_asyncio import client
-from kubernetes_asyncio.client.exceptions import ApiException
-
-from allocbridge.cluster.commands import CommandError, CommandResult, run_command
+from allocbridge.cluster.commands import CommandResult, run_command
+from allocbridge.cluster.connection import ClientConfiguration
+from allocbridge.cluster.errors import ConflictError, KubernetesError, RefusedError
 from allocbridge.cluster.resources import Json, Kube
 from allocbridge.model import pid1 as pid1_rules
 from allocbridge.model import schedule as sched
@@ -76,7 +75,7 @@ class Actions:
     """The lifecycle actions, bound to one Kubernetes client (on the API's event loop)."""
 
     kube: Kube
-    configuration: client.Configuration
+    configuration: ClientConfiguration
     escalations: set[asyncio.Task[None]] = field(default_factory=set)
 
     # -- reading and writing the Allocation ----------------------------------------------
@@ -103,9 +102,8 @@ class Actions:
                     merge_patch(obj.get("status") or {}, status),
                     obj["metadata"]["resourceVersion"],
                 )
-            except ApiException as exc:
-                if exc.status != 409:
-                    raise
+            except ConflictError:
+                continue  # changed since it was read: read it again
         raise ActionError(500, "the allocation kept changing; try again")
 
     async def record(self, target: Target, events: Mapping[str, list[Json]]) -> Json:
@@ -119,8 +117,9 @@ class Actions:
         began = time.time()
         try:
             return await run_command(self.configuration, target.namespace, target.name, task, argv)
-        except CommandError as exc:
-            refused = exc.status is not None and 400 <= exc.status < 500
+        except KubernetesError as exc:
+            # Refused: the pod is gone (404) or its container is not running (400).
+            refused = isinstance(exc, RefusedError)
             if refused or not await self._ran_throughout(target, task, began):
                 log.info(
                     "the task was not running for an exec", extra={"task": task, "error": str(exc)}
@@ -234,10 +233,8 @@ class Actions:
         }
         try:
             created = await self.kube.create_allocation(meta["namespace"], body)
-        except ApiException as exc:
-            if exc.status == 409:
-                raise ActionError(409, "a replacement allocation exists already") from exc
-            raise
+        except ConflictError as exc:
+            raise ActionError(409, "a replacement allocation exists already") from exc
         tracker = status.get("rescheduleTracker") or {}
         event = {
             "prevAllocID": meta["uid"],

@@ -39,8 +39,6 @@ from collections import OrderedDict
 from collections.abc import Awaitable, Callable, Hashable, Iterable, Sequence
 from typing import Any, Final, Generic, Protocol, TypeVar, cast
 
-from kubernetes_asyncio import client
-
 from allocbridge.auth.base import (
     ALL_NAMESPACES,
     AuthUnavailableError,
@@ -49,12 +47,8 @@ from allocbridge.auth.base import (
     PermissionDeniedError,
 )
 from allocbridge.cluster.connection import Credentials
-from allocbridge.cluster.reviews import (
-    ReviewedUser,
-    Reviews,
-    ReviewUnavailableError,
-    TokenVerdict,
-)
+from allocbridge.cluster.errors import UnavailableError
+from allocbridge.cluster.reviews import ReviewedUser, Reviews, TokenVerdict
 
 log = logging.getLogger(__name__)
 
@@ -248,7 +242,7 @@ class KubernetesAuthorizer:
         self.credentials_wait = credentials_wait
         self.wall_clock = wall_clock
         self._backend = backend
-        self._api: client.ApiClient | None = None
+        self._reviews: Reviews | None = None  # the ones `connect` made, closed by `close`
         self._ready = asyncio.Event()
         if backend is not None:
             self._ready.set()
@@ -259,8 +253,8 @@ class KubernetesAuthorizer:
         """Start reviewing with the process's credentials (call on the API's event loop)."""
         if self._backend is not None:
             return
-        self._api = credentials.api_client()
-        self.use(Reviews(self._api, audiences=self.audiences))
+        self._reviews = Reviews.connect(credentials, audiences=self.audiences)
+        self.use(self._reviews)
         log.info("API requests are authorized by Kubernetes token and access reviews")
 
     def use(self, backend: ReviewBackend) -> None:
@@ -268,9 +262,9 @@ class KubernetesAuthorizer:
         self._ready.set()
 
     async def close(self) -> None:
-        if self._api is not None:
-            await self._api.close()
-            self._api = None
+        if self._reviews is not None:
+            await self._reviews.close()
+            self._reviews = None
 
     async def check(self, caller: Caller, capability: Capability, namespace: str) -> None:
         if self._granted(caller, capability, namespace):
@@ -281,7 +275,7 @@ class KubernetesAuthorizer:
                 allowed = await self._anywhere(token, user, capability)
             else:
                 allowed = await self._allowed(token, user, capability, namespace)
-        except ReviewUnavailableError as exc:
+        except UnavailableError as exc:
             raise AuthUnavailableError(f"cannot review the token now: {exc}") from exc
         if not allowed:
             raise PermissionDeniedError(
@@ -295,7 +289,7 @@ class KubernetesAuthorizer:
             return None
         try:
             return await self._allowed_namespaces(caller, capability, candidates)
-        except ReviewUnavailableError as exc:
+        except UnavailableError as exc:
             raise AuthUnavailableError(f"cannot review the token now: {exc}") from exc
 
     def _granted(self, caller: Caller, capability: str, namespace: str) -> bool:

@@ -17,6 +17,7 @@ import aiohttp
 from kubernetes_asyncio import client
 from kubernetes_asyncio.stream import WsApiClient
 
+from allocbridge.cluster.errors import NO_ANSWER, KubernetesError, from_status, unreachable
 from allocbridge.cluster.podexec import ExecError, exit_code_from_status
 
 STDOUT, STDERR, STATUS = 1, 2, 3
@@ -30,16 +31,11 @@ class CommandResult:
     stderr: str
 
 
-class CommandError(Exception):
-    """The command could not be run at all (no such container, no such binary, ...).
-
-    `status` is the HTTP status with which the API server refused the exec (404: the pod is
-    gone; 400: its container is not running, e.g. restarting), None when it started and failed.
-    """
-
-    def __init__(self, message: str, *, status: int | None = None) -> None:
-        super().__init__(message)
-        self.status = status
+class CommandError(KubernetesError):
+    """The exec started but the command could not be run (no such binary, the container
+    ended under it, ...). An exec the API server refuses raises the `RefusedError` of its
+    answer instead (`NotFoundError`: the pod is gone; `RefusedError` for a 400: its container
+    is not running, e.g. restarting); one it does not answer, `UnavailableError`."""
 
 
 async def run_command(
@@ -49,17 +45,22 @@ async def run_command(
     container: str,
     argv: Sequence[str],
 ) -> CommandResult:
-    """Run `argv` in the container; raises CommandError when it cannot start."""
+    """Run `argv` in the container; raises a `KubernetesError` when it cannot (see
+    `CommandError`)."""
     try:
         return await _run(configuration, namespace, pod, container, argv)
     except aiohttp.WSServerHandshakeError as exc:
-        raise CommandError(
-            f"the API server refused the exec: {exc.status} {exc.message}", status=exc.status
+        raise from_status(
+            exc.status, f"the API server refused the exec: {exc.status} {exc.message}"
         ) from exc
     except client.ApiException as exc:
-        raise CommandError(
-            f"the API server refused the exec: {exc.status} {exc.reason}", status=exc.status
+        raise from_status(
+            exc.status, f"the API server refused the exec: {exc.status} {exc.reason}"
         ) from exc
+    except TimeoutError:
+        raise  # the command outlived COMMAND_TIMEOUT: not a connection failure
+    except NO_ANSWER as exc:
+        raise unreachable(exc) from exc
 
 
 async def _run(

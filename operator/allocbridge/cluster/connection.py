@@ -19,6 +19,10 @@ from kubernetes_asyncio.config.incluster_config import SERVICE_TOKEN_FILENAME
 
 from allocbridge.config import KubernetesSettings
 
+#: The settings a kubernetes_asyncio client is built from (server, TLS, token): code above
+#: `cluster` hands it back to `cluster`'s functions without importing the client library.
+ClientConfiguration = client.Configuration
+
 
 @dataclass(frozen=True)
 class Credentials:

@@ -3,6 +3,7 @@
 Thin wrappers over kubernetes_asyncio that speak plain dicts (the JSON the API server sends),
 so the pure code in `allocbridge.model` never sees client model classes, and that turn "not
 found" and "already exists" into values instead of exceptions where callers expect them.
+Failures raise `allocbridge.cluster.errors` types, never the client's `ApiException`.
 """
 
 from __future__ import annotations
@@ -14,6 +15,16 @@ from urllib.parse import quote
 import orjson
 from kubernetes_asyncio import client
 from kubernetes_asyncio.client.exceptions import ApiException
+
+from allocbridge.cluster.errors import (
+    NO_ANSWER,
+    ConflictError,
+    ForbiddenError,
+    NotFoundError,
+    from_answer,
+    from_status,
+    unreachable,
+)
 
 GROUP: Final = "allocbridge.io"
 VERSION: Final = "v1"
@@ -34,12 +45,17 @@ async def raw_json(call: Any) -> Json:
     the model layer expects. orjson decodes it several times faster than `json`, which was
     the operator's largest single cost when hundreds of allocations start at once.
     """
-    response = await call
-    async with response:
-        body = await response.read()
-        if response.status >= 400:
-            # With raw responses the client does not raise on errors; do what it would.
-            raise ApiException(status=response.status, reason=response.reason)
+    try:
+        response = await call
+        async with response:
+            body = await response.read()
+    except ApiException as exc:  # the client's own checks, before any request
+        raise from_status(exc.status, str(exc.reason or exc)) from exc
+    except NO_ANSWER as exc:
+        raise unreachable(exc) from exc
+    if response.status >= 400:
+        # With raw responses the client does not raise on errors.
+        raise from_answer(response.status, response.reason, body)
     return cast(Json, orjson.loads(body))
 
 
@@ -65,12 +81,15 @@ async def send_json(
     if rest.server_hostname:
         options["server_hostname"] = rest.server_hostname
     url = f"{api.configuration.host}{path}"
-    async with rest.pool_manager.request(
-        method, url, data=orjson.dumps(body), headers=headers, **options
-    ) as response:
-        raw = await response.read()
-        if response.status >= 400:
-            raise ApiException(status=response.status, reason=response.reason)
+    try:
+        async with rest.pool_manager.request(
+            method, url, data=orjson.dumps(body), headers=headers, **options
+        ) as response:
+            raw = await response.read()
+    except NO_ANSWER as exc:
+        raise unreachable(exc) from exc
+    if response.status >= 400:
+        raise from_answer(response.status, response.reason, raw)
     return cast(Json, orjson.loads(raw))
 
 
@@ -90,10 +109,8 @@ class Kube:
                     GROUP, VERSION, namespace, PLURAL, name, _preload_content=False
                 )
             )
-        except ApiException as exc:
-            if exc.status == 404:
-                return None
-            raise
+        except NotFoundError:
+            return None
 
     async def create_allocation(self, namespace: str, body: Mapping[str, Any]) -> Json:
         return await raw_json(
@@ -119,10 +136,8 @@ class Kube:
             return await raw_json(
                 self.core.read_namespaced_pod(name, namespace, _preload_content=False)
             )
-        except ApiException as exc:
-            if exc.status == 404:
-                return None
-            raise
+        except NotFoundError:
+            return None
 
     async def create_pod(self, namespace: str, body: Mapping[str, Any]) -> Json | None:
         """Create the pod; None when one of that name exists already (creation is idempotent)."""
@@ -130,10 +145,8 @@ class Kube:
             return await send_json(
                 self.api, "POST", f"/api/v1/namespaces/{quote(namespace)}/pods", body
             )
-        except ApiException as exc:
-            if exc.status == 409:
-                return None
-            raise
+        except ConflictError:
+            return None
 
     async def delete_pod(
         self, namespace: str, name: str, grace_seconds: int | None = None, uid: str | None = None
@@ -148,23 +161,25 @@ class Kube:
         except ApiException as exc:
             if exc.status in (404, 409):
                 return False
-            raise
+            raise from_status(exc.status, str(exc.reason or exc)) from exc
+        except NO_ANSWER as exc:
+            raise unreachable(exc) from exc
         return True
 
     async def create_cluster_peering(self, name: str, labels: Mapping[str, str]) -> bool:
         """Create the ClusterKopfPeering `name` unless it exists; True when this call created it.
 
         Reads first, so a cluster that made the object itself needs no `create` permission.
-        Raises `ApiException` when the kind is not served (404) or the call is refused."""
+        Raises `NotFoundError` when the kind is not served, another `KubernetesError` when the
+        call is refused or unanswered."""
         args = (PEERING_GROUP, PEERING_VERSION, PEERING_PLURAL)
         try:
             await raw_json(
                 self.custom.get_cluster_custom_object(*args, name, _preload_content=False)
             )
             return False
-        except ApiException as exc:
-            if exc.status != 404:
-                raise
+        except NotFoundError:
+            pass
         body = {
             "apiVersion": f"{PEERING_GROUP}/{PEERING_VERSION}",
             "kind": "ClusterKopfPeering",
@@ -174,10 +189,8 @@ class Kube:
             await send_json(
                 self.api, "POST", f"/apis/{PEERING_GROUP}/{PEERING_VERSION}/{PEERING_PLURAL}", body
             )
-        except ApiException as exc:
-            if exc.status == 409:  # another replica was first
-                return False
-            raise
+        except ConflictError:  # another replica was first
+            return False
         return True
 
     async def server_version(self) -> tuple[str, str]:
@@ -189,7 +202,5 @@ class Kube:
         """The node, or None if it is gone or this operator may not read it."""
         try:
             return await raw_json(self.core.read_node(name, _preload_content=False))
-        except ApiException as exc:
-            if exc.status in (403, 404):
-                return None
-            raise
+        except (ForbiddenError, NotFoundError):
+            return None

@@ -5,41 +5,24 @@ this bearer token (TokenReview), and may that user do this verb on `allocations`
 namespace (SubjectAccessReview). Both are create calls on review resources that store nothing;
 the operator's ClusterRole grants them (manifests/rbac.yaml). Raw JSON, as everywhere in
 `allocbridge.cluster`; failures of the calls themselves raise, because "Kubernetes could not be
-asked" is not a denial: `ReviewUnavailableError` when trying again later may work (no
-connection, a timeout, a 5xx or 429), the API exception itself otherwise (e.g. the operator
-lacking RBAC on the review resources, a configuration fault).
+asked" is not a denial: `UnavailableError` when trying again later may work (no connection, a
+timeout, a 5xx or 429), another `KubernetesError` otherwise (e.g. `ForbiddenError`: the
+operator lacking RBAC on the review resources, a configuration fault).
 """
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, Final
 
-import aiohttp
 from kubernetes_asyncio import client
-from kubernetes_asyncio.client.exceptions import ApiException
 
+from allocbridge.cluster.connection import Credentials
 from allocbridge.cluster.resources import GROUP, PLURAL, raw_json
 
 #: Seconds one review call may take; a slow API server must not park API requests forever.
 REVIEW_TIMEOUT: Final = 10.0
-
-
-class ReviewUnavailableError(Exception):
-    """Kubernetes could not answer a review now; asking again later may work."""
-
-
-async def _answer(call: Awaitable[Any]) -> Any:
-    """The JSON body of a review call; transient failures become ReviewUnavailableError."""
-    try:
-        return await raw_json(call)
-    except ApiException as exc:
-        if exc.status is not None and (exc.status >= 500 or exc.status == 429):
-            raise ReviewUnavailableError(f"the API server answered {exc.status}") from exc
-        raise
-    except (TimeoutError, aiohttp.ClientError, OSError) as exc:
-        raise ReviewUnavailableError(f"the API server is unreachable: {exc!r}") from exc
 
 
 @dataclass(frozen=True)
@@ -76,13 +59,28 @@ class Reviews:
         self.authentication: Any = client.AuthenticationV1Api(api)
         self.authorization: Any = client.AuthorizationV1Api(api)
         self.core: Any = client.CoreV1Api(api)
+        self._owned: client.ApiClient | None = None  # closed by `close`
+
+    @classmethod
+    def connect(cls, credentials: Credentials, *, audiences: tuple[str, ...] = ()) -> Reviews:
+        """Reviews on a client of their own (bound to the calling event loop); `close` it."""
+        api = credentials.api_client()
+        reviews = cls(api, audiences=audiences)
+        reviews._owned = api
+        return reviews
+
+    async def close(self) -> None:
+        """Release the client `connect` made (a client passed in stays its owner's)."""
+        if self._owned is not None:
+            await self._owned.close()
+            self._owned = None
 
     async def authenticate(self, token: str) -> TokenVerdict:
         spec: dict[str, Any] = {"token": token}
         if self.audiences:
             spec["audiences"] = list(self.audiences)
         body = {"apiVersion": "authentication.k8s.io/v1", "kind": "TokenReview", "spec": spec}
-        review = await _answer(
+        review = await raw_json(
             self.authentication.create_token_review(
                 body, _preload_content=False, _request_timeout=self.timeout
             )
@@ -133,7 +131,7 @@ class Reviews:
             "kind": "SubjectAccessReview",
             "spec": spec,
         }
-        review = await _answer(
+        review = await raw_json(
             self.authorization.create_subject_access_review(
                 body, _preload_content=False, _request_timeout=self.timeout
             )
@@ -142,7 +140,7 @@ class Reviews:
 
     async def namespaces(self) -> tuple[str, ...]:
         """Names of the namespaces that exist: where a namespace-scoped grant can live."""
-        listed = await _answer(
+        listed = await raw_json(
             self.core.list_namespace(_preload_content=False, _request_timeout=self.timeout)
         )
         return tuple(

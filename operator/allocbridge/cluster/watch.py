@@ -20,8 +20,8 @@ from dataclasses import dataclass
 from typing import Any
 
 import orjson
-from kubernetes_asyncio.client.exceptions import ApiException
 
+from allocbridge.cluster.errors import GoneError, from_answer
 from allocbridge.cluster.resources import raw_json
 
 log = logging.getLogger(__name__)
@@ -71,14 +71,11 @@ async def watch(
                 resource_version = event.obj["metadata"]["resourceVersion"]
                 failures = 0
                 yield event
-        except ExpiredError:
+        except (ExpiredError, GoneError):
             resource_version = None
         except asyncio.CancelledError:
             raise
         except Exception as exc:  # API server away, connection reset, 5xx: retry
-            if isinstance(exc, ApiException) and exc.status == 410:
-                resource_version = None
-                continue
             failures += 1
             if on_error is not None:
                 on_error(exc)
@@ -131,7 +128,7 @@ async def _stream(
         if response.status >= 400:
             if response.status == 410:
                 raise ExpiredError()
-            raise ApiException(status=response.status, reason=response.reason)
+            raise from_answer(response.status, response.reason, await response.read())
         while True:
             line = await response.content.readline()
             if not line:

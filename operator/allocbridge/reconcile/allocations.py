@@ -41,9 +41,8 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
-from kubernetes_asyncio.client.exceptions import ApiException
-
 from allocbridge.actions.lifecycle import ActionError, Actions, Target
+from allocbridge.cluster.errors import ConflictError, KubernetesError, NotFoundError
 from allocbridge.cluster.resources import Json, Kube
 from allocbridge.model import pods
 from allocbridge.model import schedule as sched
@@ -298,17 +297,21 @@ class Reconciler:
                 self.dirty.discard(key)
                 try:
                     await self.reconcile(*key)
-                except ApiException as exc:
-                    if exc.status in (404, 409):
-                        # A concurrent write (read again and retry) or deleted while we
-                        # worked (the read says so): what was observed is out of date.
-                        self.observed.forget_allocation(key)
-                        if exc.status == 409:
-                            self.dirty.add(key)
-                        continue
+                except ConflictError:
+                    # A concurrent write: what was observed is out of date; read again, retry.
+                    self.observed.forget_allocation(key)
+                    self.dirty.add(key)
+                except NotFoundError:
+                    # Deleted while we worked (the next read says so).
+                    self.observed.forget_allocation(key)
+                except KubernetesError as exc:
                     log.warning(
                         "reconcile failed; retrying",
-                        extra={"allocation": "/".join(key), "status": exc.status},
+                        extra={
+                            "allocation": "/".join(key),
+                            "status": exc.status,
+                            "error": exc.message,
+                        },
                     )
                     self.schedule(*key, delay=2.0)
                 except Exception:

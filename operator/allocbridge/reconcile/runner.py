@@ -19,13 +19,12 @@ from collections.abc import Callable
 from dataclasses import replace
 from typing import Any
 
-import aiohttp
 import kopf
 import uvloop
-from kubernetes_asyncio.client.exceptions import ApiException
 
 from allocbridge.actions.lifecycle import Actions
 from allocbridge.cluster.connection import Credentials
+from allocbridge.cluster.errors import KubernetesError, NotFoundError, UnavailableError
 from allocbridge.cluster.resources import GROUP, PLURAL, VERSION, Kube
 from allocbridge.config import KubernetesSettings
 from allocbridge.model.pods import (
@@ -58,16 +57,16 @@ async def create_peering(kube: Kube, name: str) -> None:
         try:
             created = await kube.create_cluster_peering(name, {LABEL_MANAGED_BY: MANAGED_BY})
             break
-        except ApiException as exc:
-            if exc.status != 404:
-                log.error(
-                    "the ClusterKopfPeering could not be created; reconciliation waits for it",
-                    extra={"peering": name, "status": exc.status},
-                )
-                return
+        except NotFoundError:
             why = "its kind is not served yet"
-        except (aiohttp.ClientError, OSError) as exc:
-            why = str(exc) or type(exc).__name__
+        except UnavailableError as exc:
+            why = exc.message
+        except KubernetesError as exc:
+            log.error(
+                "the ClusterKopfPeering could not be created; reconciliation waits for it",
+                extra={"peering": name, "status": exc.status, "error": exc.message},
+            )
+            return
         delay = PEERING_RETRY_DELAYS[min(attempt, len(PEERING_RETRY_DELAYS) - 1)]
         log.warning(
             "the ClusterKopfPeering could not be created yet; retrying",
