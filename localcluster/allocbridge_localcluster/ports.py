@@ -4,7 +4,8 @@ They are chosen before the process that listens on them starts, so a port must s
 between. Ports from the kernel's ephemeral range do not: every outgoing connection (the
 operators' watches, the kubelet's, the API server's to etcd) takes one from there, and a
 listener that starts a second later can find its port taken (the operator then exits with
-"address already in use"). So ports come from below that range, at random, never the same one
+"address already in use"). So ports come from below that range and below Kubernetes' NodePort
+range (30000-32767, which kube-proxy may answer on loopback), at random, never the same one
 twice in a process, and each is checked by binding it on every address.
 """
 
@@ -15,12 +16,14 @@ import socket
 from pathlib import Path
 
 LOWEST = 20000
+NODE_PORTS_START = 30000
 EPHEMERAL_RANGE = Path("/proc/sys/net/ipv4/ip_local_port_range")
 _handed_out: set[int] = set()
 
 
 def free_ports(count: int) -> list[int]:
-    """`count` distinct ports that nothing listens or connects on now, below the ephemeral range."""
+    """`count` distinct ports that nothing listens or connects on now, from 20000 up to the
+    NodePort range or the ephemeral range, whichever starts first."""
     first_ephemeral = _first_ephemeral_port()
     chosen: list[int] = []
     candidates = [p for p in range(LOWEST, first_ephemeral) if p not in _handed_out]
@@ -38,8 +41,8 @@ def _first_ephemeral_port() -> int:
     try:
         low = int(EPHEMERAL_RANGE.read_text().split()[0])
     except (OSError, ValueError, IndexError):
-        return 32768  # Linux's default
-    return max(low, LOWEST + 1000)
+        return NODE_PORTS_START
+    return max(min(low, NODE_PORTS_START), LOWEST + 1000)
 
 
 def _bindable(port: int) -> bool:
