@@ -24,9 +24,9 @@ _handed_out: set[int] = set()
 def free_ports(count: int) -> list[int]:
     """`count` distinct ports that nothing listens or connects on now, from 20000 up to the
     NodePort range or the ephemeral range, whichever starts first."""
-    first_ephemeral = _first_ephemeral_port()
+    end = _end_of_range()
     chosen: list[int] = []
-    candidates = [p for p in range(LOWEST, first_ephemeral) if p not in _handed_out]
+    candidates = [p for p in range(LOWEST, end) if p not in _handed_out]
     random.shuffle(candidates)
     for port in candidates:
         if _bindable(port):
@@ -34,10 +34,11 @@ def free_ports(count: int) -> list[int]:
             _handed_out.add(port)
             if len(chosen) == count:
                 return chosen
-    raise OSError(f"fewer than {count} free ports between {LOWEST} and {first_ephemeral - 1}")
+    raise OSError(f"fewer than {count} free ports between {LOWEST} and {end - 1}")
 
 
-def _first_ephemeral_port() -> int:
+def _end_of_range() -> int:
+    """Where the NodePort range or the ephemeral range starts, whichever is first."""
     try:
         low = int(EPHEMERAL_RANGE.read_text().split()[0])
     except (OSError, ValueError, IndexError):
