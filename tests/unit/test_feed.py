@@ -12,9 +12,9 @@ import pytest
 import yaml
 from kubernetes_asyncio import client
 
-from allocbridge.cluster.watch import Changed, Listed
+from allocbridge.cluster.watch import Changed, Listed, ObjectWatches
 from allocbridge.store import AllocationStore
-from allocbridge.store.feed import RecentSpecs, StoreFeed
+from allocbridge.store.feed import RecentSpecs, StoreFeed, render
 
 EXAMPLES = Path(__file__).parents[2] / "examples"
 UID = "8c3d9a1f-0000-4000-8000-000000000001"
@@ -38,7 +38,7 @@ async def api() -> AsyncIterator[client.ApiClient]:
 
 def synced_feed(api: client.ApiClient) -> tuple[StoreFeed, AllocationStore]:
     store = AllocationStore()
-    feed = StoreFeed(store, api, namespaces=("default",))
+    feed = StoreFeed(store, ObjectWatches(api), namespaces=("default",))
     feed._expected = {"allocations/default", "pods/default"}
     feed._relist("allocations/default", Listed([], 100))
     feed._relist("pods/default", Listed([], 100))
@@ -177,3 +177,33 @@ def test_an_invalid_spec_is_not_usable() -> None:
     broken = with_uid("x")
     broken["spec"]["tasks"] = []
     assert RecentSpecs().usable(broken) is None
+
+
+async def test_allocations_of_one_spec_share_their_rendered_task_groups(
+    api: client.ApiClient,
+) -> None:
+    """The store's memory: equal spec-derived parts are one object, and what is served is the
+    same as an unshared render."""
+    feed, store = synced_feed(api)
+    first, second = with_uid(UID), with_uid("8c3d9a1f-0000-4000-8000-000000000002")
+    second["metadata"]["name"] = "web-1"
+    feed._change(Changed("ADDED", first, 120))
+    feed._change(Changed("ADDED", second, 121))
+    a, b = store.get(UID), store.get("8c3d9a1f-0000-4000-8000-000000000002")
+    assert a is not None and b is not None
+    assert a.wire["Job"]["TaskGroups"] is b.wire["Job"]["TaskGroups"]
+    assert a.wire["Resources"] is b.wire["Resources"]
+    assert a.wire_json == render(first, None).wire_json
+
+
+async def test_a_relist_renders_every_kept_allocation_again(api: client.ApiClient) -> None:
+    """Allocations are kept as JSON between their events; a re-list of the pods (after the
+    watch expired) renders them all from it, as they were."""
+    feed, store = synced_feed(api)
+    obj = example(generation=1, version=120)
+    feed._change(Changed("ADDED", obj, 120))
+    before = store.get(UID)
+    feed._relist("pods/default", Listed([], 130))
+    after = store.get(UID)
+    assert before is not None and after is not None and after is not before
+    assert after.wire_json == before.wire_json

@@ -1,9 +1,10 @@
 """One allocation as the store keeps it: the wire dict plus forms pre-rendered for the API.
 
 A list of 10,000 stubs must answer in milliseconds, so what a list response needs is computed
-once, at upsert time, instead of once per request: the stub dict and its compact JSON with and
-without TaskStates. Rarer forms are rendered on first use and cached: the stubs with
-AllocatedResources (`resources=true`) and the full read body.
+once, at upsert time, instead of once per request: the stub's compact JSON with and without
+TaskStates. The stubs with AllocatedResources (`resources=true`) are rendered on first use and
+cached. The full read body (about 6 KB) and the stub dict are rendered per request (8 us for
+the body): cached, they would grow the store by their size for every allocation ever read.
 
 Instances are immutable and share their nested dicts with the wire dict: whoever builds one
 hands the dicts over and must not mutate them afterwards.
@@ -47,8 +48,6 @@ class StoredAllocation:
     object_name: str = ""
     """The Allocation object's Kubernetes name (the wire has only Nomad's `Name`)."""
 
-    stub: Json = field(init=False, repr=False)
-    """The list stub with TaskStates and without AllocatedResources."""
     filter_datum: Mapping[str, Any] = field(init=False, repr=False)
     """What `filter` expressions are evaluated against (see `stubs.filter_datum`)."""
     _stub_json: bytes = field(init=False, repr=False)
@@ -68,19 +67,12 @@ class StoredAllocation:
                 raise ValueError(
                     f"allocation {self.id}: wire {key} {self.wire[key]!r} disagrees with {value!r}"
                 )
-        stub = stub_from_wire(
-            self.wire,
-            alloc_id=self.id,
-            namespace=self.namespace,
-            create_index=self.create_index,
-            modify_index=self.modify_index,
-        )
+        stub = self.stub
         # Keys are sorted and "TaskStates" sorts last among the stub's, so both TaskStates
         # variants share one rendering of everything else (the bulk is encoded once).
         head = encoding.compact({k: v for k, v in stub.items() if k != "TaskStates"})[:-1]
         task_states = encoding.compact(stub["TaskStates"])
         set_ = object.__setattr__
-        set_(self, "stub", stub)
         set_(self, "filter_datum", filter_datum(self.wire))
         set_(self, "_stub_json", head + b',"TaskStates":' + task_states + b"}")
         set_(self, "_stub_json_bare", head + b',"TaskStates":null}')
@@ -107,6 +99,18 @@ class StoredAllocation:
             object_name=object_name,
         )
 
+    @property
+    def stub(self) -> Json:
+        """The list stub with TaskStates and without AllocatedResources (a new dict sharing
+        its nested values with `wire`)."""
+        return stub_from_wire(
+            self.wire,
+            alloc_id=self.id,
+            namespace=self.namespace,
+            create_index=self.create_index,
+            modify_index=self.modify_index,
+        )
+
     def stub_json(self, *, task_states: bool = True, resources: bool = False) -> bytes:
         """The compact JSON stub as `GET /v1/allocations` shows it for these field options."""
         if resources:
@@ -114,10 +118,8 @@ class StoredAllocation:
         return self._stub_json if task_states else self._stub_json_bare
 
     def stub_dict(self, *, task_states: bool = True, resources: bool = False) -> Json:
-        """The stub as a dict (for `?pretty`); a shallow copy only when the options need one."""
-        if task_states and not resources:
-            return self.stub
-        stub = dict(self.stub)
+        """The stub as a dict (for `?pretty`)."""
+        stub = self.stub
         if not task_states:
             stub["TaskStates"] = None
         if resources and self.wire.get("AllocatedResources") is not None:
@@ -134,9 +136,9 @@ class StoredAllocation:
         head = _ALLOCATED_RESOURCES_KEY + encoding.compact(resources) + b","
         return head + self._stub_json[1:], head + self._stub_json_bare[1:]
 
-    @cached_property
+    @property
     def wire_json(self) -> bytes:
-        """The compact JSON of the full allocation, rendered on first read."""
+        """The compact JSON of the full allocation (rendered per read: see the module)."""
         return encoding.compact(self.wire)
 
 
