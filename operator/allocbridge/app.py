@@ -39,6 +39,7 @@ from allocbridge.cluster.podexec import PodExecutor
 from allocbridge.cluster.podlogs import PodLogReader
 from allocbridge.cluster.resources import Kube
 from allocbridge.cluster.upstream import UpstreamMonitor
+from allocbridge.cluster.watch import ObjectWatches
 from allocbridge.config import ListenerSettings, Settings
 from allocbridge.lifecycle import Lifecycle, Next, Phase
 from allocbridge.ops.server import create_app as create_ops_app
@@ -153,7 +154,9 @@ class Replica:
         api = monitor.credentials.api_client()
         self.actions.current = Actions(Kube(api), monitor.credentials.configuration())
         try:
-            await StoreFeed(self.store, api, self.settings.kubernetes.namespaces).run()
+            await StoreFeed(
+                self.store, ObjectWatches(api), self.settings.kubernetes.namespaces
+            ).run()
         finally:
             await self.actions.current.close()
             self.actions.current = None

@@ -20,9 +20,10 @@ from dataclasses import dataclass
 from typing import Any
 
 import orjson
+from kubernetes_asyncio import client
 
 from allocbridge.cluster.errors import GoneError, from_answer
-from allocbridge.cluster.resources import raw_json
+from allocbridge.cluster.resources import GROUP, PLURAL, VERSION, raw_json
 
 log = logging.getLogger(__name__)
 
@@ -49,6 +50,29 @@ class Changed:
 
 
 ListCall = Callable[..., Awaitable[Any]]
+
+
+class ObjectWatches:
+    """The streams the store is fed from: Allocations, and pods by label, in one namespace or
+    (`namespace` None) in all, on one ApiClient bound to the caller's event loop."""
+
+    def __init__(self, api: client.ApiClient) -> None:
+        # Typed as Any: raw JSON is read, which the generated stubs do not model.
+        self.custom: Any = client.CustomObjectsApi(api)
+        self.core: Any = client.CoreV1Api(api)
+
+    def allocations(self, namespace: str | None) -> AsyncIterator[Listed | Changed]:
+        kind: dict[str, Any] = {"group": GROUP, "version": VERSION, "plural": PLURAL}
+        if namespace is None:
+            return watch(self.custom.list_cluster_custom_object, **kind)
+        return watch(self.custom.list_namespaced_custom_object, **kind, namespace=namespace)
+
+    def pods(self, namespace: str | None, label_selector: str) -> AsyncIterator[Listed | Changed]:
+        if namespace is None:
+            return watch(self.core.list_pod_for_all_namespaces, label_selector=label_selector)
+        return watch(
+            self.core.list_namespaced_pod, label_selector=label_selector, namespace=namespace
+        )
 
 
 class ExpiredError(Exception):
