@@ -19,10 +19,8 @@ Tests under tests/cluster/ get the `cluster` marker (`make unit` deselects them)
 
 from __future__ import annotations
 
-import json
 import os
 import shutil
-import subprocess
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 from typing import Any, NoReturn
@@ -33,6 +31,7 @@ from kubernetes_asyncio import config as k8s_config
 
 from allocbridge_localcluster import BinariesMissingError, LocalCluster, realnode
 from allocbridge_localcluster.binaries import default_bin_dir
+from allocbridge_localcluster.kubectl import Kubectl
 
 NODE_NAME = "node-1"
 _CLUSTER_TESTS = Path(__file__).parent / "cluster"
@@ -106,38 +105,6 @@ async def kube(kube_configuration: k8s_client.Configuration) -> AsyncIterator[An
         yield api
 
 
-class Kubectl:
-    """The built kubectl bound to one kubeconfig."""
-
-    def __init__(self, binary: Path, kubeconfig: Path) -> None:
-        self.binary = binary
-        self.kubeconfig = kubeconfig
-
-    def __call__(
-        self, *args: str, check: bool = True, stdin: str | None = None, timeout: float = 60
-    ) -> subprocess.CompletedProcess[str]:
-        done = subprocess.run(
-            [str(self.binary), f"--kubeconfig={self.kubeconfig}", *args],
-            input=stdin,
-            capture_output=True,
-            text=True,
-            timeout=timeout,
-            check=False,
-        )
-        if check and done.returncode != 0:
-            raise AssertionError(
-                f"kubectl {' '.join(args)} exited {done.returncode}: {done.stderr.strip()}"
-            )
-        return done
-
-    def json(self, *args: str, check: bool = True) -> Any:
-        return json.loads(self(*args, "-o", "json", check=check).stdout)
-
-    def apply(self, manifest: dict[str, Any] | str) -> subprocess.CompletedProcess[str]:
-        text = manifest if isinstance(manifest, str) else json.dumps(manifest)
-        return self("apply", "-f", "-", stdin=text)
-
-
 @pytest.fixture(scope="session")
 def kubectl(cluster: LocalCluster | ExternalCluster) -> Kubectl:
-    return Kubectl(Path(cluster.kubectl), cluster.kubeconfig)
+    return Kubectl.of(cluster)

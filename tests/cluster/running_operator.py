@@ -12,10 +12,9 @@ import os
 import signal
 import subprocess
 import sys
-import time
 import urllib.error
 import urllib.request
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -31,6 +30,7 @@ from allocbridge.config import (
 )
 from allocbridge_localcluster import LocalCluster, realnode
 from allocbridge_localcluster.binaries import default_bin_dir
+from allocbridge_localcluster.kubectl import Kubectl, eventually
 from allocbridge_localcluster.pki import write_token_kubeconfig
 from allocbridge_localcluster.ports import free_ports
 
@@ -86,23 +86,6 @@ def http(
             return response.status, response.read(), dict(response.headers)
     except urllib.error.HTTPError as exc:
         return exc.code, exc.read(), dict(exc.headers)
-
-
-def eventually(check: Callable[[], Any], timeout: float = 30.0, what: str = "condition") -> Any:
-    """Poll `check` until it returns something truthy (and return it) or fail after `timeout`."""
-    deadline = time.monotonic() + timeout
-    last_error: Exception | None = None
-    while time.monotonic() < deadline:
-        try:
-            result = check()
-            if result:
-                return result
-        except (AssertionError, KeyError, IndexError, OSError) as exc:
-            last_error = exc
-        time.sleep(0.1)
-    raise AssertionError(
-        f"timed out waiting for {what}" + (f": {last_error}" if last_error else "")
-    )
 
 
 class Operator:
@@ -301,39 +284,8 @@ def kubelet_warning(pod: dict[str, Any], reason: str, message: str) -> dict[str,
     }
 
 
-class ClusterKubectl:
+class ClusterKubectl(Kubectl):
     """The built kubectl on a LocalCluster of this test's own (the fixture's is session-wide)."""
 
     def __init__(self, cluster: LocalCluster) -> None:
-        self.argv = [str(cluster.kubectl), f"--kubeconfig={cluster.kubeconfig}"]
-
-    def __call__(
-        self, *args: str, check: bool = True, stdin: str | None = None
-    ) -> subprocess.CompletedProcess[str]:
-        done = subprocess.run(
-            [*self.argv, *args],
-            check=False,
-            input=stdin,
-            capture_output=True,
-            text=True,
-            timeout=60,
-        )
-        if check and done.returncode != 0:
-            raise AssertionError(f"kubectl {' '.join(args)}: {done.stderr.strip()}")
-        return done
-
-    def json(self, *args: str) -> Any:
-        return json.loads(self(*args, "-o", "json").stdout)
-
-    def apply(self, manifest: dict[str, Any]) -> None:
-        self("apply", "-f", "-", stdin=json.dumps(manifest))
-
-    def create_namespace(self, name: str) -> None:
-        """Create it and wait for its default ServiceAccount, which pods need."""
-        self("create", "namespace", name)
-        eventually(
-            lambda: (
-                self("get", "serviceaccount", "default", "-n", name, check=False).returncode == 0
-            ),
-            what=f"the default ServiceAccount of {name}",
-        )
+        super().__init__(cluster.kubectl, cluster.kubeconfig)

@@ -17,7 +17,6 @@ from running_operator import (
     FAST_RESTARTS,
     Operator,
     allocation_manifest,
-    eventually,
     http,
     quick_allocation,
 )
@@ -29,6 +28,8 @@ from scripted import (
     scripted_task,
     trapped_signals,
 )
+
+from allocbridge_localcluster.kubectl import eventually
 
 pytestmark = pytest.mark.cluster
 

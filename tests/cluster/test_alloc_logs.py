@@ -22,11 +22,16 @@ from typing import Any
 
 import aiohttp
 import pytest
-from running_operator import Operator, allocation_manifest, eventually, http
+from running_operator import (
+    Operator,
+    allocation_manifest,
+    http,
+)
 
 from allocbridge.cluster.connection import load_credentials
 from allocbridge.cluster.podlogs import PodLogReader
 from allocbridge.config import KubernetesSettings
+from allocbridge_localcluster.kubectl import eventually
 
 pytestmark = pytest.mark.cluster
 

@@ -47,7 +47,6 @@ from nomad.api.exceptions import URLNotAuthorizedNomadException
 from running_operator import (
     REPO,
     Operator,
-    eventually,
     http,
     install,
     service_account_kubeconfig,
@@ -58,6 +57,7 @@ from allocbridge.auth.kubernetes import KubernetesAuthorizer
 from allocbridge.cluster.connection import load_credentials
 from allocbridge.config import KubernetesSettings
 from allocbridge.model.wire import eval_id
+from allocbridge_localcluster.kubectl import eventually
 
 pytestmark = pytest.mark.cluster
 

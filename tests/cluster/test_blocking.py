@@ -16,7 +16,13 @@ from collections.abc import Callable
 from typing import Any
 
 import pytest
-from running_operator import Operator, eventually, http, quick_allocation
+from running_operator import (
+    Operator,
+    http,
+    quick_allocation,
+)
+
+from allocbridge_localcluster.kubectl import eventually
 
 pytestmark = pytest.mark.cluster
 

@@ -14,6 +14,8 @@ import hashlib
 import json
 import os
 import signal
+import socket
+import struct
 import time
 import urllib.parse
 import uuid
@@ -26,7 +28,6 @@ import aiohttp
 import pytest
 from running_operator import (
     Operator,
-    eventually,
     http,
     real_node_annotations,
     service_account_kubeconfig,
@@ -41,6 +42,7 @@ from allocbridge.cluster.podexec import (
     PodExecutor,
 )
 from allocbridge.config import KubernetesSettings
+from allocbridge_localcluster.kubectl import eventually
 
 pytestmark = pytest.mark.cluster
 
@@ -496,8 +498,8 @@ async def test_bad_handshakes_close_with_1008(
 async def test_client_that_leaves_mid_stream_ends_the_process_and_the_session(
     operator: Operator, alloc: Alloc, cluster: Any, how: str
 ) -> None:
-    # It reads stdin: on a real kubelet the end of the stream is its end of input. (A process
-    # that neither reads stdin nor ends runs on after its client, as under kubectl exec.)
+    # It reads stdin: on a real kubelet the end of the stream is its end of input. (One that
+    # does not read it is ended by the operator: the next test.)
     marker = f"tick-{uuid.uuid4().hex[:8]}"
     command = ["sh", "-c", f"echo {marker}; echo {marker}; cat; echo {marker}-end"]
     session = aiohttp.ClientSession()
@@ -514,6 +516,50 @@ async def test_client_that_leaves_mid_stream_ends_the_process_and_the_session(
     eventually(lambda: operator.open_exec_sessions() == 0, timeout=20, what="the session to end")
     assert exec_sessions_gauge(operator) == 0
     eventually(lambda: not processes_with(marker), timeout=30, what="the command to end")
+
+
+def container_processes(kubectl: Any, alloc: Alloc) -> str:
+    """`ps` in the task's container, through an exec of its own."""
+    done = kubectl(
+        "exec", "-n", alloc.namespace, alloc.name, "-c", "main", "--", "ps", "-o", "args"
+    )
+    return str(done.stdout)
+
+
+@pytest.mark.parametrize("tty", [False, True])
+def test_a_client_that_vanishes_mid_output_leaves_no_process_behind(
+    operator: Operator, alloc: Alloc, kubectl: Any, tty: bool
+) -> None:
+    """The client's TCP connection is reset (SO_LINGER 0, no close frame) while the command
+    writes output and reads no stdin: containerd would keep such a command running for good,
+    so the operator ends it (SIGHUP, then SIGKILL) through a second exec. The session count
+    drops once the operator has closed the Kubernetes stream, and the command and its child
+    are gone from the container, as `ps` there shows."""
+    from websockets.sync.client import connect
+
+    marker = f"spin-{uuid.uuid4().hex[:8]}"
+    command = ["sh", "-c", f"while :; do echo {marker}; sleep 0.05; done"]
+    url = exec_url(operator, alloc.id, command=command, tty="true" if tty else "false")
+    ws = connect(url, open_timeout=30)
+    seen = b""
+    deadline = time.monotonic() + 30
+    while seen.count(marker.encode()) < 3 and time.monotonic() < deadline:
+        frame = json.loads(ws.recv(timeout=30))
+        seen += base64.b64decode((frame.get("stdout") or {}).get("data") or "")
+    assert seen.count(marker.encode()) >= 3, seen
+    assert operator.open_exec_sessions() == 1
+    assert marker in container_processes(kubectl, alloc)
+    ws.socket.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+    ws.socket.close()  # a reset: the client is gone without a word
+    vanished = time.monotonic()
+    eventually(lambda: operator.open_exec_sessions() == 0, timeout=30, what="the session to end")
+    eventually(
+        lambda: marker not in container_processes(kubectl, alloc),
+        timeout=30,
+        what="the command to end in the container",
+    )
+    assert not processes_with(marker)
+    print(f"command gone {time.monotonic() - vanished:.1f}s after the reset")
 
 
 async def test_several_sessions_at_once(

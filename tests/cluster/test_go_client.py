@@ -33,7 +33,6 @@ import pytest
 from running_operator import (
     REPO,
     Operator,
-    eventually,
     http,
     install,
     quick_allocation,
@@ -41,6 +40,8 @@ from running_operator import (
     service_account_kubeconfig,
 )
 from scripted import IMAGE, process_states, scripted_task, trapped_signals
+
+from allocbridge_localcluster.kubectl import eventually
 
 pytestmark = pytest.mark.cluster
 

@@ -33,7 +33,6 @@ from running_operator import (
     ClusterKubectl,
     Operator,
     allocation_manifest,
-    eventually,
     http,
     kubelet_warning,
     operator_kubeconfig,
@@ -42,6 +41,7 @@ from running_operator import (
 
 from allocbridge.config import LogSettings
 from allocbridge_localcluster import LocalCluster
+from allocbridge_localcluster.kubectl import eventually
 
 pytestmark = pytest.mark.cluster
 

@@ -17,7 +17,12 @@ from typing import Any
 
 import aiohttp
 import pytest
-from running_operator import Operator, eventually, quick_allocation
+from running_operator import (
+    Operator,
+    quick_allocation,
+)
+
+from allocbridge_localcluster.kubectl import eventually
 
 pytestmark = pytest.mark.cluster
 

@@ -18,11 +18,15 @@ from typing import Any
 
 import pytest
 import yaml
-from running_operator import REPO, eventually, install
+from running_operator import (
+    REPO,
+    install,
+)
 
 from allocbridge.app import IN_FLIGHT_TIMEOUT
 from allocbridge.config import load_file, load_text
 from allocbridge_localcluster.binaries import default_bin_dir
+from allocbridge_localcluster.kubectl import eventually
 
 pytestmark = pytest.mark.cluster
 

@@ -34,13 +34,14 @@ import pytest
 from nomad.api import exceptions
 from running_operator import (
     Operator,
-    eventually,
     http,
     make_namespace,
     quick_allocation,
     real_node_annotations,
 )
 from scripted import IMAGE, scripted_task, trapped_signals
+
+from allocbridge_localcluster.kubectl import eventually
 
 pytestmark = pytest.mark.cluster
 

@@ -15,9 +15,13 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from running_operator import REPO, Operator, eventually
+from running_operator import (
+    REPO,
+    Operator,
+)
 
 from allocbridge_localcluster import hoststate, realnode
+from allocbridge_localcluster.kubectl import eventually
 
 pytestmark = pytest.mark.cluster
 

@@ -30,7 +30,6 @@ from running_operator import (
     ClusterKubectl,
     Operator,
     allocation_manifest,
-    eventually,
     http,
     operator_kubeconfig,
 )
@@ -39,6 +38,7 @@ from scripted import IMAGE, end_container, scripted_task
 from allocbridge.cluster.resources import GROUP, PLURAL, VERSION
 from allocbridge.model.placement import bound_ns
 from allocbridge_localcluster import LocalCluster
+from allocbridge_localcluster.kubectl import eventually
 
 pytestmark = pytest.mark.cluster
 

@@ -14,7 +14,13 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
-from running_operator import Operator, allocation_manifest, eventually, http
+from running_operator import (
+    Operator,
+    allocation_manifest,
+    http,
+)
+
+from allocbridge_localcluster.kubectl import eventually
 
 pytestmark = pytest.mark.cluster
 

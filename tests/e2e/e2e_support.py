@@ -26,6 +26,7 @@ from typing import Any
 import aiohttp
 
 from allocbridge_localcluster import LocalCluster
+from allocbridge_localcluster.kubectl import Kubectl, eventually
 from allocbridge_localcluster.operator_image import build
 
 REPO = Path(__file__).resolve().parents[2]
@@ -38,34 +39,6 @@ REPORT: list[str] = []
 def report(line: str) -> None:
     REPORT.append(line)
     print(line)
-
-
-class Kubectl:
-    """The built kubectl with the cluster's admin kubeconfig."""
-
-    def __init__(self, cluster: LocalCluster) -> None:
-        self.argv = [str(cluster.kubectl), f"--kubeconfig={cluster.kubeconfig}"]
-
-    def __call__(
-        self, *args: str, check: bool = True, stdin: str | None = None, timeout: float = 120
-    ) -> subprocess.CompletedProcess[str]:
-        done = subprocess.run(
-            [*self.argv, *args],
-            input=stdin,
-            capture_output=True,
-            text=True,
-            timeout=timeout,
-            check=False,
-        )
-        if check and done.returncode != 0:
-            raise AssertionError(f"kubectl {' '.join(args)}: {done.stderr.strip()}")
-        return done
-
-    def json(self, *args: str) -> Any:
-        return json.loads(self(*args, "-o", "json").stdout)
-
-    def apply(self, manifest: dict[str, Any]) -> None:
-        self("apply", "-f", "-", stdin=json.dumps(manifest))
 
 
 @dataclass
@@ -96,20 +69,6 @@ def ready(pod: dict[str, Any]) -> bool:
         c.get("type") == "Ready" and c.get("status") == "True"
         for c in pod.get("status", {}).get("conditions") or []
     )
-
-
-def eventually(check: Callable[[], Any], timeout: float = 60.0, what: str = "condition") -> Any:
-    deadline = time.monotonic() + timeout
-    last: Exception | None = None
-    while time.monotonic() < deadline:
-        try:
-            result = check()
-            if result:
-                return result
-        except (AssertionError, KeyError, IndexError, OSError, ValueError) as exc:
-            last = exc
-        time.sleep(0.2)
-    raise AssertionError(f"timed out waiting for {what}" + (f": {last}" if last else ""))
 
 
 def deploy(cluster: LocalCluster, folder: Path) -> Deployed:
@@ -149,7 +108,7 @@ def deploy(cluster: LocalCluster, folder: Path) -> Deployed:
     )
     assert done.returncode == 0, f"make deploy failed:\n{done.stdout}\n{done.stderr}"
     deployed_at = time.monotonic()
-    kubectl = Kubectl(cluster)
+    kubectl = Kubectl.of(cluster, timeout=120)
     service = kubectl.json("get", "service", "allocbridge", "-n", NAMESPACE)
     result = Deployed(cluster, kubectl, service["spec"]["clusterIP"])
     result.timings = {
@@ -173,6 +132,7 @@ def workload_namespace(deployed: Deployed, name: str) -> dict[str, str]:
     kubectl.apply({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": name}})
     eventually(
         lambda: kubectl("get", "sa", "default", "-n", name, check=False).returncode == 0,
+        timeout=60,
         what=f"{name}'s default ServiceAccount",
     )
     tokens: dict[str, str] = {}

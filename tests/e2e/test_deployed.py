@@ -24,7 +24,6 @@ from e2e_support import (
     Traffic,
     Watcher,
     allocation,
-    eventually,
     go_test,
     ready,
     report,
@@ -33,6 +32,8 @@ from e2e_support import (
     wait_running,
     workload_namespace,
 )
+
+from allocbridge_localcluster.kubectl import eventually
 
 WORK = "e2e-work"  # three allocations nothing changes but signals, for reads and exec
 ACT = "e2e-act"  # one allocation per action that changes it (restart, pause, stop)
@@ -169,7 +170,7 @@ def test_black_box_clients_through_the_service_with_role_bound_tokens(
         return sorted(trapped) == ["HUP", "USR1"]
 
     try:
-        eventually(printed, what="web-c's task to trap SIGUSR1 and SIGHUP")
+        eventually(printed, timeout=60, what="web-c's task to trap SIGUSR1 and SIGHUP")
     except AssertionError as exc:
         raise AssertionError(f"{exc}; its log: {trapped}") from None
     act_tokens, act_ids = act
@@ -294,6 +295,7 @@ def test_failover_when_the_reconciling_replica_is_killed_during_a_burst(
     assert len(pods) == 2
     peers = eventually(
         lambda: (found := _peers(deployed)) and pods <= set(found) and found,
+        timeout=60,
         what="both replicas in the peering",
     )
     leader = max(pods, key=lambda name: peers[name])
@@ -355,6 +357,7 @@ def test_failover_when_the_reconciling_replica_is_killed_during_a_burst(
     )[0]
     peers = eventually(
         lambda: (found := _peers(deployed)) and replacement in found and found,
+        timeout=60,
         what="the replacement in the peering",
     )
     assert peers[replacement] < peers[standby]
