@@ -1,5 +1,5 @@
 """The draining state machine behind `/health`; and the restart action's follow-up (the
-SIGKILL after the kill timeout, `allocbridge.actions.lifecycle`), with the cluster faked."""
+SIGKILL after the kill timeout, `allocbridge.actions.restart`), with the cluster faked."""
 
 from __future__ import annotations
 
@@ -9,8 +9,10 @@ from typing import Any, cast
 import pytest
 from kubernetes_asyncio import client
 
-from allocbridge.actions import lifecycle
-from allocbridge.actions.lifecycle import ActionError, Actions, Mutation, Target
+from allocbridge.actions import incontainer
+from allocbridge.actions import restart as restarting
+from allocbridge.actions.lifecycle import ActionError, Actions, Target
+from allocbridge.actions.records import Mutation
 from allocbridge.cluster.commands import CommandError, CommandResult
 from allocbridge.cluster.errors import from_status
 from allocbridge.cluster.resources import Json, Kube
@@ -193,7 +195,7 @@ async def test_no_sigkill_once_the_signalled_run_has_ended(after_term: Json | No
 
 @pytest.fixture
 def quick_after_sigkill(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(lifecycle, "AFTER_SIGKILL", 0.01)
+    monkeypatch.setattr(restarting, "AFTER_SIGKILL", 0.01)
 
 
 @pytest.mark.usefixtures("quick_after_sigkill")
@@ -244,7 +246,7 @@ async def test_a_kill_ended_with_its_container_delivered_its_signal(
     """`kill -TERM -1` under tini ends the task, tini, and the PID namespace with the `kill` in
     it: its 137 is the signal's success, not a failure; another status from a container that
     ran throughout is a fault."""
-    monkeypatch.setattr(lifecycle, "STATUS_SETTLE", 0.01)
+    monkeypatch.setattr(incontainer, "STATUS_SETTLE", 0.01)
     await ExecActions(137).kill(TARGET, "main", "SIGTERM", "-1")
     with pytest.raises(ActionError) as failed:
         await ExecActions(1).kill(TARGET, "main", "SIGTERM", "-1")
@@ -263,7 +265,7 @@ async def test_an_exec_the_api_server_refuses_is_a_task_not_running(
             raise CommandError("the exec stream failed")
         raise from_status(status, "the API server refused the exec")
 
-    monkeypatch.setattr(lifecycle, "run_command", refused)
+    monkeypatch.setattr(incontainer, "run_command", refused)
     actions = Actions(cast(Kube, FakeKube(None)), cast(client.Configuration, None))
     with pytest.raises(ActionError) as failed:
         await actions.exec(TARGET, "main", ["kill", "-TERM", "1"])
@@ -296,14 +298,14 @@ async def test_an_exec_the_api_server_refuses_is_a_task_not_running(
 async def test_an_exec_that_fails_while_the_task_is_not_running_is_a_409(
     monkeypatch: pytest.MonkeyPatch, pod: Json | None, code: int
 ) -> None:
-    monkeypatch.setattr(lifecycle, "STATUS_SETTLE", 0.01)
+    monkeypatch.setattr(incontainer, "STATUS_SETTLE", 0.01)
     """The runtime's texts for a container that ended or restarted under an exec vary; the
     pod, read again after the failure, tells a task that was not running from a fault."""
 
     async def failed(*_: object) -> CommandResult:
         raise CommandError("failed to exec in container: OCI runtime exec failed")
 
-    monkeypatch.setattr(lifecycle, "run_command", failed)
+    monkeypatch.setattr(incontainer, "run_command", failed)
     kube = FakeKube(None)
     kube.pod = pod
     actions = Actions(cast(Kube, kube), cast(client.Configuration, None))

@@ -10,8 +10,9 @@ import pytest
 from allocbridge.cluster.resources import Kube
 from allocbridge.model.pods import PodSettings
 from allocbridge.model.status import KubeEvent
-from allocbridge.reconcile.allocations import Reconciler, routine_start, urgent
+from allocbridge.reconcile.allocations import Reconciler
 from allocbridge.reconcile.observed import UNCLAIMED_GRACE, Observed
+from allocbridge.reconcile.writes import routine_start, urgent
 
 
 def body(name: str, version: int, uid: str = "u1", namespace: str = "ns") -> dict[str, Any]:
@@ -204,7 +205,7 @@ async def test_a_stop_writes_nothing_held_back_while_paused_or_from_an_older_ver
     older version of the allocation than the one observed now is not written over it (a pass
     would derive again first). No request is made: the reconciler's client is never touched.
     The write itself is tested on the cluster (`test_ha.py`, a clean stop)."""
-    caplog.set_level(logging.INFO, logger="allocbridge.reconcile.allocations")
+    caplog.set_level(logging.INFO, logger="allocbridge.reconcile.writes")
     paused = Reconciler(cast(Kube, None), PodSettings(), paused=lambda: True)
     paused.observed.put_allocation(body("a", 5))
     paused.held[("ns", "a")] = (0.0, "5", {"nodeName": "node-1"})

@@ -8,7 +8,7 @@ import pytest
 
 from allocbridge.model.spec import AllocationSpec, parse_spec
 from allocbridge.model.status import KubeEvent, derive, rfc3339, validation_failed
-from allocbridge.reconcile.allocations import urgent
+from allocbridge.reconcile.writes import urgent
 
 NS = 1_000_000_000
 T0 = 1_800_000_000 * NS

@@ -1,9 +1,10 @@
-"""Reconciles one Allocation at a time onto its pod, level-triggered.
+"""Reconciles one Allocation at a time onto its pod, level-triggered: the pass.
 
 Watch events for an Allocation, its pod or the pod's Kubernetes Events update `Observed` (the
-latest body of each) and mark the allocation dirty; one worker per allocation then applies
-`allocbridge.model.status.derive` to what was observed. Bursts coalesce into one pass and
-passes for one allocation never overlap. Passes read memory, not the API server, which is the
+latest body of each) and ask `queue` for a pass; a pass applies
+`allocbridge.model.status.derive` to what was observed, creates or deletes the pod, writes the
+status through `writes` (which may hold it back to coalesce it with the next change), and
+follows the tasks' pause `schedules`. Passes read memory, not the API server, which is the
 bottleneck when hundreds of allocations start at once; where memory may be behind, they ask:
 
 - an allocation that is not observed is read (GET);
@@ -12,152 +13,38 @@ bottleneck when hundreds of allocations start at once; where memory may be behin
   is how Kopf resumes after a pause, when deletions may have been missed;
 - a status write conflict (409) or a 404 drops what was observed, and the next pass reads.
 
-Every write's response goes back into `Observed`, so a pass never works from something older
-than its own last write. The pod's name is fixed, so creating it twice is impossible; an
-operator restarted half-way lists everything again and converges.
-
-Status writes are coalesced: a change that only adds information (the node, task events, the
-bookkeeping of what was seen, the first write of a pending allocation) waits up to `coalesce`
-seconds for the next change that matters (a task or client status, a stop, a restart), and
-goes out with it in one PATCH: a pod that starts within that time costs a single status write.
-The first write of an allocation whose start shows no trouble (no Warning Event, no waiting
-reason) waits longer, up to `start_hold` seconds, for the start itself: when hundreds start at
-once and the API server is the bottleneck, a start takes longer than `coalesce`, and a pending
-write that the running one replaces moments later would double the writes. Trouble cuts the
-wait back to `coalesce`, so a failing pull or an unschedulable pod still shows within seconds.
-Later passes derive from the held-back status, so nothing a pass added is lost, unless someone
-else writes the status meanwhile (then the pass starts again from what is written). A clean stop
-writes what is still held (`stop`); the price left: an operator that dies within those seconds
-has not written what it held, so a pod deleted while no operator runs is replaced without a
-restart being counted.
+The pod's name is fixed, so creating it twice is impossible; an operator restarted half-way
+lists everything again and converges.
 """
 
 from __future__ import annotations
 
 import asyncio
-import datetime
 import logging
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Mapping
 from typing import Any
 
-from allocbridge.actions.lifecycle import ActionError, Actions, Target
+from allocbridge.actions.lifecycle import Actions
 from allocbridge.cluster.errors import ConflictError, KubernetesError, NotFoundError
 from allocbridge.cluster.resources import Json, Kube
 from allocbridge.model import pods
-from allocbridge.model import schedule as sched
 from allocbridge.model.placement import KnownNode, node_fields
 from allocbridge.model.spec import AllocationSpec
-from allocbridge.model.status import (
-    KubeEvent,
-    derive,
-    merge_patch,
-    parse_time_ns,
-    validation_failed,
-)
+from allocbridge.model.status import KubeEvent, derive, parse_time_ns, validation_failed
 from allocbridge.model.validation import parse_and_validate
+from allocbridge.reconcile.kubeevents import kube_event
 from allocbridge.reconcile.observed import Observed, key_of
+from allocbridge.reconcile.queue import Key, WorkQueue
+from allocbridge.reconcile.schedules import follow_schedules
+from allocbridge.reconcile.writes import (
+    DEFAULT_COALESCE,
+    DEFAULT_START_HOLD,
+    FLUSH_TIMEOUT,
+    StatusWrites,
+)
 
 log = logging.getLogger(__name__)
-
-Key = tuple[str, str]  # (namespace, allocation name)
-
-#: Seconds an informational status change may wait to be written with the next one: long
-#: enough to cover a pod's way from created to running on a busy API server (when the node,
-#: the Scheduled event and the start would otherwise be three writes), short enough that an
-#: image pull error still shows within seconds.
-DEFAULT_COALESCE = 5.0
-
-#: Seconds the first write of a routinely starting allocation may wait for the start (see the
-#: module docstring): above the slowest start of a burst of 500 on a 2-core machine (about
-#: 15 s), and bounded, so a long but routine image pull shows its events within half a minute.
-DEFAULT_START_HOLD = 30.0
-
-#: Seconds a clean stop may spend writing the held-back statuses (all at once, concurrently).
-FLUSH_TIMEOUT = 5.0
-
-#: Status keys (top level) whose changes alone need no immediate write; in `taskStates`, a
-#: task whose only change is new events needs none either.
-_INFORMATIONAL = frozenset(
-    {"nodeName", "nodeID", "seenEvents", "seenEventsUntil", "observed", "modifyTime"}
-)
-
-#: What the first write of a pending allocation may hold besides: its bookkeeping and the
-#: initial pending status, which is what the API shows for an allocation without a status.
-_FIRST = _INFORMATIONAL | {
-    "createIndex",
-    "createTime",
-    "desiredStatus",
-    "podCreated",
-    "podName",
-    "clientStatus",
-    "clientDescription",
-    "taskStates",
-}
-
-
-def urgent(patch: Mapping[str, Any], previous: Mapping[str, Any]) -> bool:
-    """Whether a status merge patch changes something a client waits for, not just adds detail.
-
-    The first write of an allocation that is still pending, when nothing else has written its
-    status, is not urgent either: until it lands the API already shows it pending, and the
-    CreateIndex it records is the object's version, which the API shows meanwhile.
-    """
-    if not previous and "createIndex" in patch:
-        return not (
-            set(patch) <= _FIRST
-            and patch.get("clientStatus", "pending") == "pending"
-            and patch.get("desiredStatus", "run") == "run"
-            and all(
-                isinstance(task, Mapping) and task.get("state", "pending") == "pending"
-                for task in (patch.get("taskStates") or {}).values()
-            )
-        )
-    for key, value in patch.items():
-        if key == "taskStates" and isinstance(value, Mapping):
-            for task in value.values():
-                if not isinstance(task, Mapping) or set(task) - {"events"}:
-                    return True
-        elif key not in _INFORMATIONAL:
-            return True
-    return False
-
-
-def routine_start(
-    written: Mapping[str, Any], status: Mapping[str, Any], events: Sequence[KubeEvent]
-) -> bool:
-    """Whether `status` is the first write of an allocation that is starting without trouble:
-    nothing written yet, still pending, no Warning Event about its pod and no task waiting for
-    a reason (a pull error, a crash back-off)."""
-    if written or status.get("clientStatus", "pending") != "pending":
-        return False
-    if any(event.type != "Normal" for event in events):
-        return False
-    seen = (status.get("observed") or {}).values()
-    return not any(isinstance(task, Mapping) and task.get("waiting") for task in seen)
-
-
-def kube_event(event: Mapping[str, Any]) -> KubeEvent:
-    """A Kubernetes Event about a pod, reduced to what `derive` needs."""
-    involved = event.get("involvedObject") or {}
-    field_path = str(involved.get("fieldPath") or "")
-    container = None
-    if "{" in field_path and field_path.endswith("}"):
-        container = field_path[field_path.index("{") + 1 : -1]
-    stamp = (
-        event.get("eventTime")
-        or event.get("lastTimestamp")
-        or event.get("firstTimestamp")
-        or (event.get("metadata") or {}).get("creationTimestamp")
-    )
-    return KubeEvent(
-        uid=str((event.get("metadata") or {}).get("uid", "")),
-        reason=str(event.get("reason") or ""),
-        message=str(event.get("message") or ""),
-        type=str(event.get("type") or "Normal"),
-        time_ns=parse_time_ns(stamp) or time.time_ns(),
-        container=container,
-    )
 
 
 class Reconciler:
@@ -174,29 +61,36 @@ class Reconciler:
         paused: Callable[[], bool] = lambda: False,
     ) -> None:
         self.kube = kube
-        # Whether Kopf's peering has paused this replica (see `pausing`): then its watches
+        # Whether Kopf's peering has paused this replica (see `peering`): then its watches
         # stand still and what it holds grows stale, so timers fire no pass.
         self.paused = paused
         self.settings = settings
         self.actions = actions
-        self.coalesce = coalesce
-        self.start_hold = start_hold
         self.observed = Observed()
-        self.dirty: set[Key] = set()
-        self.workers: dict[Key, asyncio.Task[None]] = {}
-        self.timers: dict[Key, asyncio.TimerHandle] = {}
+        self.queue = WorkQueue(self._pass, paused)
+        self.writes = StatusWrites(
+            kube, self.observed, self.queue.schedule, coalesce=coalesce, start_hold=start_hold
+        )
         self.nodes: dict[str, KnownNode] = {}  # by name, kept current by `node_event`
-        # The resourceVersion each allocation's last status write produced: the watch event
-        # of that version only echoes what this reconciler wrote, so it needs no pass.
-        self.written: dict[Key, str] = {}
         self.verify: set[Key] = set()  # next pass reads the pod: it was (re-)listed
-        # Held-back status writes: (loop time it was first held back, the resourceVersion it
-        # was derived from, the status). The next pass derives from it, not from the written
-        # status, so what one pass added (events of a transition) is never derived away.
-        self.held: dict[Key, tuple[float, str, Json]] = {}
         self.first_versions: dict[Key, int] = {}  # createIndex of allocations not written yet
         # Parsed specs by allocation, with the (uid, generation) they were parsed from.
         self.specs: dict[Key, tuple[tuple[str, Any], AllocationSpec | None, list[str]]] = {}
+
+    @property
+    def timers(self) -> dict[Key, asyncio.TimerHandle]:
+        """The pending timed passes (see `queue`)."""
+        return self.queue.timers
+
+    @property
+    def workers(self) -> dict[Key, asyncio.Task[None]]:
+        """The running passes (see `queue`)."""
+        return self.queue.workers
+
+    @property
+    def held(self) -> dict[Key, tuple[float, str, Json]]:
+        """The held-back status writes (see `writes`)."""
+        return self.writes.held
 
     # -- watch events (Kopf's handlers in `runner`) ---------------------------------------
 
@@ -210,8 +104,7 @@ class Reconciler:
         self.observed.put_allocation(body)
         if event_type is None:  # listed: Kopf started or resumed watching
             self.verify.add(key)
-        version = (body.get("metadata") or {}).get("resourceVersion")
-        if version is None or self.written.get(key) != version:
+        if not self.writes.echoes(key, (body.get("metadata") or {}).get("resourceVersion")):
             self.schedule(*key)
 
     def pod_event(self, event_type: str | None, body: Json, allocation: str) -> None:
@@ -254,106 +147,50 @@ class Reconciler:
         """Drop what is kept per allocation, once it is gone, and its pending pass: that pass
         would find nothing in memory and ask the API server for an allocation that is gone
         (or for a new one of the same name, before its own events arrive)."""
-        timer = self.timers.pop(key, None)
-        if timer is not None:
-            timer.cancel()
-        self.written.pop(key, None)
+        self.queue.cancel(key)
+        self.writes.forget(key)
         self.verify.discard(key)
-        self.held.pop(key, None)
         self.first_versions.pop(key, None)
         self.specs.pop(key, None)
 
     # -- passes ---------------------------------------------------------------------------
 
     def schedule(self, namespace: str, name: str, delay: float = 0.0) -> None:
-        """Ask for a pass over `namespace/name` now, or after `delay` seconds (a pending timer
-        that fires sooner is kept: a pass is level-triggered, an early one does no harm)."""
-        key = (namespace, name)
-        if delay > 0:
-            loop = asyncio.get_running_loop()
-            timer = self.timers.get(key)
-            if timer is not None and not timer.cancelled():
-                if timer.when() <= loop.time() + delay:
-                    return
-                timer.cancel()
-            self.timers[key] = loop.call_later(delay, self._due, namespace, name)
-            return
-        self.dirty.add(key)
-        if key not in self.workers:
-            self.workers[key] = asyncio.create_task(self._work(key), name=f"reconcile {key}")
+        """Ask for a pass over `namespace/name` now, or after `delay` seconds (see `queue`)."""
+        self.queue.schedule((namespace, name), delay)
 
-    def _due(self, namespace: str, name: str) -> None:
-        """A timer's pass, unless the replica is paused: the replica that leads acts now, and
-        this one, when it resumes, makes a pass over every allocation Kopf lists again."""
-        self.timers.pop((namespace, name), None)
-        if self.paused():
-            log.debug("paused: no pass", extra={"allocation": f"{namespace}/{name}"})
-            return
-        self.schedule(namespace, name)
-
-    async def _work(self, key: Key) -> None:
+    async def _pass(self, key: Key) -> None:
+        """One pass, its failures turned into what comes next: a conflict reads again and
+        retries at once, a deletion reads again, anything else retries after a while."""
         try:
-            while key in self.dirty:
-                self.dirty.discard(key)
-                try:
-                    await self.reconcile(*key)
-                except ConflictError:
-                    # A concurrent write: what was observed is out of date; read again, retry.
-                    self.observed.forget_allocation(key)
-                    self.dirty.add(key)
-                except NotFoundError:
-                    # Deleted while we worked (the next read says so).
-                    self.observed.forget_allocation(key)
-                except KubernetesError as exc:
-                    log.warning(
-                        "reconcile failed; retrying",
-                        extra={
-                            "allocation": "/".join(key),
-                            "status": exc.status,
-                            "error": exc.message,
-                        },
-                    )
-                    self.schedule(*key, delay=2.0)
-                except Exception:
-                    log.exception("reconcile failed; retrying", extra={"allocation": "/".join(key)})
-                    self.schedule(*key, delay=5.0)
-        finally:
-            self.workers.pop(key, None)
+            await self.reconcile(*key)
+        except ConflictError:
+            # A concurrent write: what was observed is out of date; read again, retry.
+            self.observed.forget_allocation(key)
+            self.schedule(*key)
+        except NotFoundError:
+            # Deleted while we worked (the next read says so).
+            self.observed.forget_allocation(key)
+        except KubernetesError as exc:
+            log.warning(
+                "reconcile failed; retrying",
+                extra={
+                    "allocation": "/".join(key),
+                    "status": exc.status,
+                    "error": exc.message,
+                },
+            )
+            self.schedule(*key, delay=2.0)
+        except Exception:
+            log.exception("reconcile failed; retrying", extra={"allocation": "/".join(key)})
+            self.schedule(*key, delay=5.0)
 
     async def stop(self, flush_timeout: float = FLUSH_TIMEOUT) -> None:
         """Cancel every timer and pass, then write what is held back, unless paused (then
         the leading replica writes)."""
-        for timer in self.timers.values():
-            timer.cancel()
-        for worker in list(self.workers.values()):
-            worker.cancel()
-        await asyncio.gather(*self.workers.values(), return_exceptions=True)
+        await self.queue.stop()
         if not self.paused():
-            await self.flush(flush_timeout)
-
-    async def flush(self, timeout: float) -> None:  # noqa: ASYNC109
-        """Write every held-back status still derived from the allocation as observed now, as
-        its timer would have: a clean stop loses nothing a pass saw. A status written by
-        someone else meanwhile wins (the write's precondition, a 409), as in a pass."""
-        writes = []
-        for key, (_, version, status) in list(self.held.items()):
-            alloc = self.observed.allocation(key)
-            if alloc is not None and alloc["metadata"].get("resourceVersion") == version:
-                writes.append(self._write(alloc, alloc.get("status") or {}, status, patience=0))
-        self.held.clear()
-        if not writes:
-            return
-        try:
-            async with asyncio.timeout(timeout):
-                results = await asyncio.gather(*writes, return_exceptions=True)
-        except TimeoutError:
-            log.warning("held status writes not all flushed in time", extra={"timeout": timeout})
-            return
-        failed = [r for r in results if isinstance(r, BaseException)]
-        log.info(
-            "held status writes flushed",
-            extra={"written": len(results) - len(failed), "failed": len(failed)},
-        )
+            await self.writes.flush(flush_timeout)
 
     async def reconcile(self, namespace: str, name: str) -> None:
         log.debug("reconcile pass", extra={"allocation": f"{namespace}/{name}"})
@@ -368,7 +205,7 @@ class Reconciler:
             return  # deleted: the pod goes with it through its owner reference
         meta = alloc["metadata"]
         written: Json = alloc.get("status") or {}
-        previous = self._base(key, meta, written)
+        previous = self.writes.base(key, meta, written)
         now = time.time_ns()
         bookkeeping = self._bookkeeping(alloc, previous, now)
         spec, problems = self._spec(alloc)
@@ -376,7 +213,7 @@ class Reconciler:
             if previous.get("clientStatus") != "failed":
                 names = [t.get("name", "task") for t in (alloc.get("spec") or {}).get("tasks", [])]
                 status = {**bookkeeping, **validation_failed(names, problems, now)}
-                await self._write(alloc, written, status)
+                await self.writes.write(alloc, written, status)
                 log.info(
                     "allocation failed validation",
                     extra={"allocation": f"{namespace}/{name}", "problems": problems},
@@ -441,43 +278,17 @@ class Reconciler:
             await self.kube.delete_pod(
                 namespace, name, pods.termination_grace_seconds(spec), uid=pod["metadata"]["uid"]
             )
-        patience = self.start_hold if routine_start(written, status, events) else self.coalesce
-        await self._write(alloc, written, status, patience)
+        await self.writes.write(
+            alloc, written, status, self.writes.patience(written, status, events)
+        )
         self.verify.discard(key)
-        boundary = await self._follow_schedules(alloc, spec, status)
+        boundary = None
+        if self.actions is not None:
+            boundary = await follow_schedules(self.actions, alloc, spec, status)
         if boundary is not None:
             decision.requeue_after = min(decision.requeue_after or boundary, boundary)
         if decision.requeue_after is not None:
             self.schedule(namespace, name, delay=max(decision.requeue_after, 0.05))
-
-    async def _follow_schedules(
-        self, alloc: Json, spec: AllocationSpec, status: Json
-    ) -> float | None:
-        """Pause or resume running tasks whose cron window says so; seconds to the next check."""
-        if self.actions is None or status.get("desiredStatus") == "stop":
-            return None
-        meta = alloc["metadata"]
-        target = Target(meta["namespace"], meta["name"], meta["uid"])
-        now = datetime.datetime.now(datetime.UTC)
-        next_check: float | None = None
-        for task in spec.tasks:
-            if task.schedule is None:
-                continue
-            state = (status.get("taskStates") or {}).get(task.name) or {}
-            next_check = min(next_check or 3600.0, sched.next_boundary(task.schedule, now))
-            if state.get("state") != "running":
-                continue
-            current = str(state.get("paused", ""))
-            wanted = sched.settle(current, task.schedule, now)
-            refused = ((status.get("observed") or {}).get(task.name) or {}).get("pauseRefused")
-            if wanted in (current, refused):
-                continue
-            try:
-                await self.actions.apply_pause(target, task.name, current, wanted, override=False)
-            except ActionError as exc:  # recorded once on the task, not retried every pass
-                log.warning("schedule not followed: %s", exc.message, extra={"task": task.name})
-                await self.actions.refuse_pause(target, task.name, wanted, exc.message)
-        return next_check
 
     async def _pod(self, key: Key, previous: Json) -> Json | None:
         """The allocation's pod as observed; read when memory may be behind (see the module
@@ -536,46 +347,6 @@ class Reconciler:
             if known is not None:
                 self.nodes[name] = known
         return known
-
-    def _base(self, key: Key, meta: Json, written: Json) -> Json:
-        """The status a pass derives from: the held-back one if it was derived from the
-        object as it is now, else (someone else wrote meanwhile) what is written."""
-        held = self.held.get(key)
-        if held is not None and held[1] == meta["resourceVersion"]:
-            return held[2]
-        self.held.pop(key, None)
-        return written
-
-    async def _write(
-        self, alloc: Json, written: Json, status: Json, patience: float | None = None
-    ) -> None:
-        """PATCH the status change, or hold back an informational one for up to `patience`
-        seconds since it was first held (default `coalesce`; see the module docstring)."""
-        meta = alloc["metadata"]
-        key = (meta["namespace"], meta["name"])
-        patch = merge_patch(written, status)
-        if not patch:
-            self.held.pop(key, None)
-            return
-        patience = self.coalesce if patience is None else patience
-        if patience > 0 and not urgent(patch, written):
-            now = asyncio.get_running_loop().time()
-            held = self.held.get(key)
-            since = held[0] if held is not None else now
-            if since + patience > now:
-                self.held[key] = (since, meta["resourceVersion"], status)
-                log.debug("status write held back", extra={"allocation": "/".join(key)})
-                self.schedule(*key, delay=since + patience - now)
-                return
-        self.held.pop(key, None)
-        patch["modifyTime"] = time.time_ns()
-        written = await self.kube.patch_allocation_status(
-            meta["namespace"], meta["name"], patch, meta["resourceVersion"]
-        )
-        self.observed.put_allocation(written)
-        version = (written.get("metadata") or {}).get("resourceVersion")
-        if version:
-            self.written[key] = str(version)
 
 
 def _owned_by(pod: Json, uid: str) -> bool:
