@@ -3,7 +3,7 @@ peering object comes as a watch event) logs the changes that `PeeringPause` read
 reconciler's timers make no pass.
 
 These tests call Kopf's internal `process_peering_event`: they exist to fail when a Kopf
-upgrade changes what that engine logs, which is what `allocbridge.reconcile.pausing` relies on.
+upgrade changes what that engine logs, which is what `allocbridge.reconcile.peering` relies on.
 """
 
 from __future__ import annotations
@@ -22,7 +22,7 @@ from kopf._core.engines import peering
 from allocbridge.cluster.resources import Kube
 from allocbridge.model.pods import PodSettings
 from allocbridge.reconcile.allocations import Reconciler
-from allocbridge.reconcile.pausing import PEERING_LOGGER, PeeringPause, following_peering
+from allocbridge.reconcile.peering import PEERING_LOGGER, PeeringPause, following_peering
 
 NAME = "allocbridge"
 ME = "me@here"

@@ -36,7 +36,7 @@ from allocbridge.model.pods import (
     owning_allocation,
 )
 from allocbridge.reconcile.allocations import Reconciler
-from allocbridge.reconcile.pausing import following_peering
+from allocbridge.reconcile.peering import following_peering
 
 log = logging.getLogger(__name__)
 
@@ -83,7 +83,7 @@ def build_registry(
     paused: Callable[[], bool] = lambda: False,
 ) -> kopf.OperatorRegistry:
     """The handlers this operator runs; login uses the credentials the process already loaded;
-    `paused` says whether Kopf's peering has paused the operator (see `pausing`).
+    `paused` says whether Kopf's peering has paused the operator (see `peering`).
 
     Only low-level `on.event` handlers are used: they add no finalizers and no annotations, so
     an Allocation never gets stuck when the operator is down, and reconciliation stays

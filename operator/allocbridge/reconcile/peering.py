@@ -1,4 +1,4 @@
-"""Whether Kopf's peering has paused this replica.
+"""Whether Kopf's peering has paused this replica (Kopf's peering pause, not Nomad's task pause).
 
 Kopf pauses a replica while a live peer has a higher priority (or the same one): it stops the
 replica's watches, so no handler runs, but it tells the handlers nothing, and the reconciler's
