@@ -14,7 +14,7 @@ import yaml
 from aiohttp.test_utils import TestClient, TestServer
 from allocations_fixture import SAMPLE, alloc_id, parked, sample_store, stored
 
-from allocbridge.api import allocations
+from allocbridge.api import answers
 from allocbridge.api.server import create_app
 from allocbridge.auth import (
     ALL_NAMESPACES,
@@ -282,7 +282,7 @@ async def test_a_large_list_is_streamed_with_the_same_bytes_and_length(
 ) -> None:
     path = f"/v1/allocations?namespace=*&task_states={task_states}"
     whole = await (await client.get(path)).read()
-    monkeypatch.setattr(allocations, "STREAM_BYTES", 700)  # a few stubs per piece
+    monkeypatch.setattr(answers, "STREAM_BYTES", 700)  # a few stubs per piece
     response = await client.get(path)
     streamed = await response.read()
     assert streamed == whole

@@ -18,7 +18,7 @@ from aiohttp.test_utils import TestClient, TestServer
 from allocations_fixture import SAMPLE, sample_store, stored
 from multidict import MultiDict
 
-from allocbridge.api.errors import ApiError
+from allocbridge.api.errors import NomadError
 from allocbridge.api.logs import (
     LogQuery,
     enable_logs,
@@ -49,7 +49,7 @@ def parse(**params: str) -> LogQuery:
 
 
 def error_of(**params: str) -> str:
-    with pytest.raises(ApiError) as caught:
+    with pytest.raises(NomadError) as caught:
         parse(**params)
     assert caught.value.status == 400
     return caught.value.message

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 from multidict import MultiDict
 
-from allocbridge.api.errors import ApiError
+from allocbridge.api.errors import NomadError
 from allocbridge.api.ids import InvalidUUIDError, decode_uuid_text, parse_alloc_id, parse_prefix
 from allocbridge.api.query import (
     DEFAULT_WAIT,
@@ -26,7 +26,7 @@ def q(*pairs: tuple[str, str]) -> MultiDict[str]:
 
 
 def error_of(*pairs: tuple[str, str]) -> tuple[int, str]:
-    with pytest.raises(ApiError) as caught:
+    with pytest.raises(NomadError) as caught:
         parse_query(q(*pairs))
     return caught.value.status, caught.value.message
 
@@ -187,7 +187,7 @@ def test_absent_or_empty_bool_is_unset() -> None:
     ],
 )
 def test_bad_bool_text(value: str, message: str) -> None:
-    with pytest.raises(ApiError) as caught:
+    with pytest.raises(NomadError) as caught:
         parse_bool_option(q(("resources", value)), "resources")
     assert caught.value.status == 400
     assert caught.value.message == message
@@ -197,9 +197,9 @@ def test_stub_fields() -> None:
     assert parse_stub_fields(q()) == StubFields(task_states=True, resources=False)
     assert parse_stub_fields(q(("resources", "true"))) == StubFields(True, True)
     assert parse_stub_fields(q(("task_states", "false"))) == StubFields(False, False)
-    with pytest.raises(ApiError, match="task_states"):
+    with pytest.raises(NomadError, match="task_states"):
         parse_stub_fields(q(("task_states", "no")))
-    with pytest.raises(ApiError, match="resources"):  # resources is parsed first
+    with pytest.raises(NomadError, match="resources"):  # resources is parsed first
         parse_stub_fields(q(("task_states", "no"), ("resources", "no")))
 
 
@@ -270,7 +270,7 @@ def test_uuid_errors(text: str, full: bool, reason: str) -> None:
 
 
 def test_path_id_errors_are_400_with_nomads_text() -> None:
-    with pytest.raises(ApiError) as caught:
+    with pytest.raises(NomadError) as caught:
         parse_alloc_id("8c3d9a1f")
     assert caught.value.status == 400
     assert caught.value.message == "alloc lookup failed: index error: UUID must be 36 characters"
@@ -290,7 +290,7 @@ def test_prefixes() -> None:
     assert parse_prefix("AB") == "ab"
     assert parse_prefix("8c3d9a1f-6b") == "8c3d9a1f6b"
     assert parse_prefix("-") == ""
-    with pytest.raises(ApiError) as caught:
+    with pytest.raises(NomadError) as caught:
         parse_prefix("abc")
     assert caught.value.message == (
         "alloc lookup failed: index error: Input (without hyphens) must be even length"

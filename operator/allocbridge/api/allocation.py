@@ -13,12 +13,12 @@ from __future__ import annotations
 
 from aiohttp import web
 
+from allocbridge.api.answers import Answer
 from allocbridge.api.blocking import blocking_query
 from allocbridge.api.context import caller, context, synced_store
-from allocbridge.api.errors import ApiError
+from allocbridge.api.errors import NomadError
 from allocbridge.api.ids import parse_alloc_id
 from allocbridge.api.query import parse_query
-from allocbridge.api.render import json_response, meta_headers, render
 from allocbridge.api.routing import ALLOC_ID, Endpoint
 from allocbridge.auth import READ_JOB
 from allocbridge.store import StoredAllocation
@@ -26,7 +26,7 @@ from allocbridge.store import StoredAllocation
 ALLOC_NOT_FOUND = "alloc not found"
 
 
-async def read_allocation(request: web.Request) -> web.StreamResponse:
+async def read_allocation(request: web.Request) -> Answer:
     query = parse_query(request.query)
     alloc_id = parse_alloc_id(request.match_info["alloc_id"])
     ctx = context(request)
@@ -42,11 +42,10 @@ async def read_allocation(request: web.Request) -> web.StreamResponse:
 
     index, alloc = await blocking_query(store, query, run)
     if alloc is None:
-        raise ApiError(404, ALLOC_NOT_FOUND, headers=meta_headers(index))
+        raise NomadError(404, ALLOC_NOT_FOUND, index=index)
     if alloc.namespace != checked:  # it appeared while the request was parked
         await ctx.authorizer.check(who, READ_JOB, alloc.namespace)
-    body = render(alloc.wire, pretty=True) if query.pretty else alloc.wire_json
-    return json_response(body, headers=meta_headers(index))
+    return Answer(alloc.wire, index=index)
 
 
 ENDPOINTS = [Endpoint(f"/v1/allocation/{ALLOC_ID}", {"GET": read_allocation})]

@@ -14,16 +14,16 @@ never runs on, nor fails because of, an allocation the caller may not read.
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
-from typing import Any, Final, TypeVar
+from typing import Any, TypeVar
 
 from aiohttp import web
 
+from allocbridge.api.answers import Answer
 from allocbridge.api.blocking import blocking_query
 from allocbridge.api.context import caller, context, synced_store
-from allocbridge.api.errors import ApiError
+from allocbridge.api.errors import NomadError
 from allocbridge.api.ids import parse_prefix
-from allocbridge.api.query import QueryOptions, StubFields, parse_query, parse_stub_fields
-from allocbridge.api.render import json_response, meta_headers, render
+from allocbridge.api.query import QueryOptions, parse_query, parse_stub_fields
 from allocbridge.api.routing import Endpoint
 from allocbridge.auth import ALL_NAMESPACES, READ_JOB, Authorizer, Caller
 from allocbridge.model.filter import FilterEvaluationError, FilterSyntaxError, compile_filter
@@ -33,11 +33,8 @@ Predicate = Callable[[StoredAllocation], bool]
 T = TypeVar("T")
 Matcher = Callable[[Mapping[str, Any]], bool]  # a compiled filter, on an allocation's datum
 
-#: Bodies larger than this go out in pieces of about this size (see `_send_stubs`).
-STREAM_BYTES: Final = 1 << 20
 
-
-async def list_allocations(request: web.Request) -> web.StreamResponse:
+async def list_allocations(request: web.Request) -> Answer:
     query = parse_query(request.query)
     fields = parse_stub_fields(request.query)
     ctx = context(request)
@@ -64,11 +61,8 @@ async def list_allocations(request: web.Request) -> web.StreamResponse:
         return store.index, page
 
     index, page = await filtered_blocking_query(store, query, run, readable)
-    headers = meta_headers(index, next_token=page.next_token)
-    if query.pretty:
-        return json_response(_pretty_body(page.items, fields), headers=headers)
     stubs = stub_jsons(page.items, task_states=fields.task_states, resources=fields.resources)
-    return await _send_stubs(request, stubs, headers)
+    return Answer(items=stubs, index=index, next_token=page.next_token)
 
 
 async def filtered_blocking_query(
@@ -84,7 +78,7 @@ async def filtered_blocking_query(
             store, query, run, prepare=None if readable is None else readable.update
         )
     except FilterEvaluationError as exc:
-        raise ApiError(400, f"failed to read result page: {exc}") from exc
+        raise NomadError(400, f"failed to read result page: {exc}") from exc
 
 
 class ReadableNamespaces:
@@ -120,7 +114,7 @@ def compile_matcher(expression: str) -> Matcher | None:
     try:
         return compile_filter(expression).matches
     except FilterSyntaxError as exc:
-        raise ApiError(
+        raise NomadError(
             400, f"failed to create result paginator: failed to read filter expression: {exc}"
         ) from exc
 
@@ -136,43 +130,6 @@ def _predicate(matches: Matcher | None, allowed: frozenset[str] | None) -> Predi
         return lambda alloc: alloc.namespace in allowed
     both = matches
     return lambda alloc: alloc.namespace in allowed and both(alloc.filter_datum)
-
-
-def _pretty_body(items: list[StoredAllocation], fields: StubFields) -> bytes:
-    stubs = [
-        alloc.stub_dict(task_states=fields.task_states, resources=fields.resources)
-        for alloc in items
-    ]
-    return render(stubs, pretty=True)
-
-
-async def _send_stubs(
-    request: web.Request, stubs: list[bytes], headers: dict[str, str]
-) -> web.StreamResponse:
-    """The JSON array of pre-rendered stubs: one body when small, else streamed in pieces.
-
-    A list of 10,000 is 8-30 MB; joined whole it exists twice per client at once (the joined
-    body, then the transport's copy of what the socket did not take yet), which made the
-    replica's peak memory jump while a few clients listed everything. In pieces, each client
-    holds about one piece; the length is known up front, so clients still get Content-Length.
-    """
-    if not stubs:
-        return json_response(b"[]", headers=headers)
-    stubs[0] = b"[" + stubs[0]
-    stubs[-1] += b"]"
-    size = sum(map(len, stubs)) + len(stubs) - 1
-    if size <= STREAM_BYTES:
-        return json_response(b",".join(stubs), headers=headers)
-    response = web.StreamResponse(headers=headers)
-    response.content_type = "application/json"
-    response.content_length = size
-    await response.prepare(request)
-    per_piece = max(1, len(stubs) * STREAM_BYTES // size)
-    await response.write(b",".join(stubs[:per_piece]))
-    for start in range(per_piece, len(stubs), per_piece):
-        await response.write(b",".join([b"", *stubs[start : start + per_piece]]))
-    await response.write_eof()
-    return response
 
 
 ENDPOINTS = [Endpoint("/v1/allocations", {"GET": list_allocations})]

@@ -12,17 +12,17 @@ from __future__ import annotations
 
 from aiohttp import web
 
+from allocbridge.api.answers import Answer
 from allocbridge.api.query import parse_query
-from allocbridge.api.render import json_response, render
 from allocbridge.api.routing import ALLOC_ID, Endpoint
 from allocbridge.api.targets import readable_allocation
 from allocbridge.auth import READ_JOB
 
 
-async def allocation_checks(request: web.Request) -> web.StreamResponse:
-    query = parse_query(request.query)
+async def allocation_checks(request: web.Request) -> Answer:
+    parse_query(request.query)  # its 400s, though only `namespace` and `pretty` are used
     alloc = await readable_allocation(request, READ_JOB)
-    return json_response(render(dict(alloc.checks), pretty=query.pretty))
+    return Answer(dict(alloc.checks))
 
 
 ENDPOINTS = [

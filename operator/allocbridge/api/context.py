@@ -8,7 +8,7 @@ from typing import Final
 from aiohttp import web
 
 from allocbridge.actions.lifecycle import ActionsSlot
-from allocbridge.api.errors import ApiError
+from allocbridge.api.errors import NomadError
 from allocbridge.auth import Authorizer, Caller, extract_token
 from allocbridge.store import AllocationStore
 
@@ -38,5 +38,5 @@ def caller(request: web.Request) -> Caller:
 async def synced_store(ctx: ApiContext) -> AllocationStore:
     """The store once it holds a full list; 503 if it does not within `sync_timeout`."""
     if not await ctx.store.wait_synced(ctx.sync_timeout):
-        raise ApiError(503, NOT_SYNCED)
+        raise NomadError(503, NOT_SYNCED)
     return ctx.store

@@ -1,25 +1,34 @@
-"""API errors and the one place that turns them into responses.
+"""What each failure of a `/v1` request answers, decided in one place.
 
-Handlers raise `ApiError(status, message)` (or let `PermissionDeniedError`, 403, or
-`AuthUnavailableError`, 503, escape from the authorizer); `error_middleware` renders them as
-Nomad does: a plain-text body holding exactly the message, `text/plain; charset=utf-8`, no
-trailing newline. Anything else that escapes a handler is an internal fault: logged with its
-traceback, answered 500 without internals.
+Handlers raise `NomadError(status, message)` with Nomad's text (the actions raise their
+`ActionError`, which carries a status too); the authorizer's `PermissionDeniedError` (403) and
+`AuthUnavailableError` (503) escape as they are. `failure` turns any of them into a `Failure`;
+`api.answers` sends it as Nomad does (a plain-text body holding exactly the message,
+`text/plain; charset=utf-8`, no trailing newline) and `api.exec`, past its WebSocket upgrade,
+as a close frame. Anything else is an internal fault: logged with its traceback, answered 500
+without internals.
 """
 
 from __future__ import annotations
 
 import logging
 from collections.abc import Mapping
+from dataclasses import dataclass, field
 from typing import Final
-
-from aiohttp import web
-from aiohttp.typedefs import Handler
 
 from allocbridge.actions.lifecycle import ActionError
 from allocbridge.auth import AuthUnavailableError, PermissionDeniedError
+from allocbridge.model.errors import NomadError
 
-log = logging.getLogger(__name__)
+__all__ = [
+    "INTERNAL_ERROR",
+    "INVALID_METHOD",
+    "PERMISSION_DENIED",
+    "RESOURCE_NOT_FOUND",
+    "Failure",
+    "NomadError",
+    "failure",
+]
 
 INVALID_METHOD: Final = "Invalid method"
 RESOURCE_NOT_FOUND: Final = "resource not found"
@@ -27,55 +36,41 @@ PERMISSION_DENIED: Final = "Permission denied"
 INTERNAL_ERROR: Final = "Internal error: see the allocbridge log"
 
 
-class ApiError(Exception):
-    """A request that ends with `status` and a plain-text `message` (Nomad's texts)."""
+@dataclass(frozen=True)
+class Failure:
+    """How a request that failed is answered, and how it is logged."""
 
-    def __init__(
-        self, status: int, message: str, *, headers: Mapping[str, str] | None = None
-    ) -> None:
-        super().__init__(message)
-        self.status = status
-        self.message = message
-        self.headers = dict(headers or {})
+    status: int
+    message: str  # the answer's text
+    headers: Mapping[str, str] = field(default_factory=dict)
+    index: int | None = None  # adds the read metadata headers (see `NomadError`)
+    level: int = logging.DEBUG
+    event: str = "request failed"  # the log line
+    detail: str = ""  # the log's error field, when it says more than `message`
+    traceback: bool = False  # an internal fault: logged with its traceback
 
-
-def text_response(
-    status: int, message: str, headers: Mapping[str, str] | None = None
-) -> web.Response:
-    return web.Response(
-        status=status,
-        text=message,
-        content_type="text/plain",
-        charset="utf-8",
-        headers=headers,
-    )
+    @property
+    def retry_later(self) -> bool:
+        """A passing outage (the authorizer's): the client should try again soon."""
+        return "Retry-After" in self.headers
 
 
-@web.middleware
-async def error_middleware(request: web.Request, handler: Handler) -> web.StreamResponse:
-    """Map every error a handler raises to its response (4xx logged at debug, 5xx at error)."""
-    try:
-        return await handler(request)
-    except ApiError as exc:
+def failure(exc: Exception) -> Failure:
+    """The answer to `exc`; a 500 for anything that is not one of the known failures."""
+    if isinstance(exc, NomadError | ActionError):
         level = logging.ERROR if exc.status >= 500 else logging.DEBUG
-        log.log(level, "request failed", extra=_fields(request, exc.status, exc.message))
-        return text_response(exc.status, exc.message, exc.headers)
-    except PermissionDeniedError as exc:
-        log.debug("permission denied", extra=_fields(request, 403, exc.reason))
-        return text_response(403, PERMISSION_DENIED)
-    except AuthUnavailableError as exc:
-        log.warning("authorization unavailable", extra=_fields(request, 503, exc.reason))
-        return text_response(503, f"ACL check unavailable: {exc.reason}", {"Retry-After": "1"})
-    except ActionError as exc:
-        level = logging.ERROR if exc.status >= 500 else logging.DEBUG
-        log.log(level, "action failed", extra=_fields(request, exc.status, exc.message))
-        return text_response(exc.status, exc.message)
-    except web.HTTPException:
-        raise  # aiohttp's own (for example a request body too large) answer themselves
-    except Exception:
-        log.exception("internal error", extra=_fields(request, 500, ""))
-        return text_response(500, INTERNAL_ERROR)
-
-
-def _fields(request: web.Request, status: int, message: str) -> dict[str, object]:
-    return {"method": request.method, "path": request.path, "status": status, "error": message}
+        index = exc.index if isinstance(exc, NomadError) else None
+        headers = exc.headers if isinstance(exc, NomadError) else {}
+        return Failure(exc.status, exc.message, headers, index, level)
+    if isinstance(exc, PermissionDeniedError):
+        return Failure(403, PERMISSION_DENIED, event="permission denied", detail=exc.reason)
+    if isinstance(exc, AuthUnavailableError):
+        return Failure(
+            503,
+            f"ACL check unavailable: {exc.reason}",
+            {"Retry-After": "1"},
+            level=logging.WARNING,
+            event="authorization unavailable",
+            detail=exc.reason,
+        )
+    return Failure(500, INTERNAL_ERROR, level=logging.ERROR, event="internal error", traceback=True)

@@ -17,12 +17,12 @@ from typing import Final
 
 from aiohttp import web
 
+from allocbridge.api.answers import Answer
 from allocbridge.api.blocking import blocking_query
 from allocbridge.api.context import caller, context, synced_store
-from allocbridge.api.errors import ApiError
+from allocbridge.api.errors import NomadError
 from allocbridge.api.ids import parse_full_id
 from allocbridge.api.query import QueryOptions, parse_query
-from allocbridge.api.render import json_response, meta_headers, render
 from allocbridge.api.routing import EVAL_ID, Endpoint
 from allocbridge.auth import READ_JOB
 from allocbridge.model.evaluations import evaluation
@@ -58,23 +58,19 @@ async def _placed(
     return index, evaluation_id or "", placed
 
 
-async def read_evaluation(request: web.Request) -> web.StreamResponse:
+async def read_evaluation(request: web.Request) -> Answer:
     query = parse_query(request.query)
     index, evaluation_id, placed = await _placed(request, query, table_index=False)
     found = evaluation(evaluation_id, [a.wire for a in placed])
     if found is None:
-        raise ApiError(404, EVAL_NOT_FOUND, headers=meta_headers(index))
-    return json_response(render(found, pretty=query.pretty), headers=meta_headers(index))
+        raise NomadError(404, EVAL_NOT_FOUND, index=index)
+    return Answer(found, index=index)
 
 
-async def evaluation_allocations(request: web.Request) -> web.StreamResponse:
+async def evaluation_allocations(request: web.Request) -> Answer:
     query = parse_query(request.query)
     index, _, placed = await _placed(request, query, table_index=True)
-    if query.pretty:
-        body = render([a.stub for a in placed], pretty=True)
-    else:
-        body = b"[" + b",".join(stub_jsons(placed)) + b"]"
-    return json_response(body, headers=meta_headers(index))
+    return Answer(items=stub_jsons(placed), index=index)
 
 
 ENDPOINTS = [

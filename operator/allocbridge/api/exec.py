@@ -44,7 +44,7 @@ from urllib.parse import urlsplit
 from aiohttp import WSCloseCode, WSMsgType, web
 
 from allocbridge.api.context import context, synced_store
-from allocbridge.api.errors import ApiError
+from allocbridge.api.errors import NomadError
 from allocbridge.api.ids import parse_alloc_id
 from allocbridge.api.query import go_parse_bool, parse_query
 from allocbridge.api.routing import ALLOC_ID, Endpoint
@@ -273,9 +273,9 @@ class _ClientSocket:
 
 async def allocation_exec(request: web.Request) -> web.StreamResponse:
     if not _is_upgrade(request):
-        raise ApiError(400, NOT_UPGRADED)
+        raise NomadError(400, NOT_UPGRADED)
     if not _same_origin(request):
-        raise ApiError(403, CROSS_ORIGIN)
+        raise NomadError(403, CROSS_ORIGIN)
     ws = web.WebSocketResponse(max_msg_size=MAX_CLIENT_FRAME, timeout=CLOSE_WAIT)
     await ws.prepare(request)
     services = request.app.get(EXEC)
@@ -373,7 +373,7 @@ async def _authorize_and_locate(request: web.Request, caller: Caller, task: str)
         query = parse_query(request.query)
         alloc_id = parse_alloc_id(raw_id)
         store = await synced_store(ctx)
-    except ApiError as exc:
+    except NomadError as exc:
         code = INTERNAL_ERROR if exc.status >= 500 else POLICY_VIOLATION
         raise _CloseError(code, exc.message) from None
     alloc = store.get(alloc_id) if alloc_id else None

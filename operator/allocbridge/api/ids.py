@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import Final
 
-from allocbridge.api.errors import ApiError
+from allocbridge.api.errors import NomadError
 from allocbridge.model.goformat import go_unicode
 
 _HEX: Final = frozenset(b"0123456789abcdefABCDEF")
@@ -40,12 +40,12 @@ def decode_uuid_text(text: str, *, full: bool) -> str:
     return digits.decode("ascii").lower()
 
 
-def lookup_error(exc: InvalidUUIDError, table: str = "alloc") -> ApiError:
-    return ApiError(400, f"{table} lookup failed: index error: {exc}")
+def lookup_error(exc: InvalidUUIDError, table: str = "alloc") -> NomadError:
+    return NomadError(400, f"{table} lookup failed: index error: {exc}")
 
 
 def parse_alloc_id(text: str) -> str | None:
-    """The canonical ID to look up for a path `:alloc_id`; raises the 400 ApiError.
+    """The canonical ID to look up for a path `:alloc_id`; raises the 400 NomadError.
 
     Only full IDs work (no prefix resolution, as in Nomad). Hyphen placement and case do not
     matter, since memdb compares decoded bytes; 36 characters that decode to other than 16
@@ -67,7 +67,7 @@ def parse_full_id(text: str, table: str) -> str | None:
 
 
 def parse_prefix(text: str) -> str:
-    """The lower-case hex digits of a `prefix` query parameter; raises the 400 ApiError."""
+    """The lower-case hex digits of a `prefix` query parameter; raises the 400 NomadError."""
     try:
         return decode_uuid_text(text, full=False)
     except InvalidUUIDError as exc:

@@ -26,10 +26,10 @@ from allocbridge.api.allocations import (
     compile_matcher,
     filtered_blocking_query,
 )
+from allocbridge.api.answers import Answer
 from allocbridge.api.blocking import blocking_query
 from allocbridge.api.context import caller, context, synced_store
 from allocbridge.api.query import parse_query
-from allocbridge.api.render import json_response, meta_headers, render
 from allocbridge.api.routing import Endpoint
 from allocbridge.auth import ALL_NAMESPACES, READ_JOB
 from allocbridge.store import Page, StoredAllocation, stub_jsons
@@ -39,7 +39,7 @@ from allocbridge.store.paging import paginate
 Json = dict[str, Any]
 
 
-async def list_jobs(request: web.Request) -> web.StreamResponse:
+async def list_jobs(request: web.Request) -> Answer:
     query = parse_query(request.query)
     ctx = context(request)
     who = caller(request)
@@ -71,8 +71,7 @@ async def list_jobs(request: web.Request) -> web.StreamResponse:
         return store.index, page
 
     index, page = await filtered_blocking_query(store, query, run, readable)
-    headers = meta_headers(index, next_token=page.next_token)
-    return json_response(render(page.items, pretty=query.pretty), headers=headers)
+    return Answer(page.items, index=index, next_token=page.next_token)
 
 
 def _token(stub: Json) -> str:
@@ -88,7 +87,7 @@ def _before(token: str, *, reverse: bool) -> Callable[[Json], bool] | None:
     return lambda stub: _token(stub) < token
 
 
-async def job_allocations(request: web.Request) -> web.StreamResponse:
+async def job_allocations(request: web.Request) -> Answer:
     query = parse_query(request.query)
     job_id = request.match_info["job_id"]
     ctx = context(request)
@@ -99,11 +98,7 @@ async def job_allocations(request: web.Request) -> web.StreamResponse:
         return store.index, store.job_allocations(query.namespace, job_id)
 
     index, allocs = await blocking_query(store, query, run)
-    if query.pretty:
-        body = render([a.stub for a in allocs], pretty=True)
-    else:
-        body = b"[" + b",".join(stub_jsons(allocs)) + b"]"
-    return json_response(body, headers=meta_headers(index))
+    return Answer(items=stub_jsons(allocs), index=index)
 
 
 ENDPOINTS = [

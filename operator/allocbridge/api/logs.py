@@ -33,7 +33,7 @@ from typing import Any, Final
 from aiohttp import web
 from multidict import MultiMapping
 
-from allocbridge.api.errors import ApiError
+from allocbridge.api.errors import NomadError
 from allocbridge.api.query import go_parse_bool
 from allocbridge.api.routing import ALLOC_ID, Endpoint
 from allocbridge.api.targets import readable_allocation
@@ -85,7 +85,7 @@ def _bool(query: MultiMapping[str], name: str) -> bool:
     try:
         return go_parse_bool(value)
     except ValueError:
-        raise ApiError(
+        raise NomadError(
             400,
             f"failed to parse {name} field to boolean: "
             f"strconv.ParseBool: parsing {go_quote(value)}: invalid syntax",
@@ -107,21 +107,21 @@ def parse_log_query(query: MultiMapping[str]) -> LogQuery:
     """The logs options in Nomad's order of checks; the first bad one is a 400."""
     task = query.get("task", "")
     if not task:
-        raise ApiError(400, TASK_REQUIRED)
+        raise NomadError(400, TASK_REQUIRED)
     follow = _bool(query, "follow")
     plain = _bool(query, "plain")
     log_type = query.get("type", "")
     if log_type not in ("stdout", "stderr"):
-        raise ApiError(400, TYPE_REQUIRED)
+        raise NomadError(400, TYPE_REQUIRED)
     offset = 0
     if raw := query.get("offset", ""):
         try:
             offset = go_parse_int64(raw)
         except ValueError as exc:
-            raise ApiError(400, f"error parsing offset: {exc}") from None
+            raise NomadError(400, f"error parsing offset: {exc}") from None
     origin = query.get("origin", "") or "start"
     if origin not in ("start", "end"):
-        raise ApiError(400, BAD_ORIGIN)
+        raise NomadError(400, BAD_ORIGIN)
     return LogQuery(
         task=task,
         log_type="stdout" if log_type == "stdout" else "stderr",
@@ -147,8 +147,8 @@ def task_started(alloc: StoredAllocation, task: str) -> bool:
     return state.get("State") == "running" or bool(state.get("StartedAt"))
 
 
-def not_started(task: str) -> ApiError:
-    return ApiError(404, f"task {go_quote(task)} not started yet. No logs available")
+def not_started(task: str) -> NomadError:
+    return NomadError(404, f"task {go_quote(task)} not started yet. No logs available")
 
 
 # --- Wiring ------------------------------------------------------------------------------------
@@ -187,12 +187,12 @@ async def allocation_logs(request: web.Request) -> web.StreamResponse:
     options = parse_log_query(request.query)
     alloc = await readable_allocation(request, READ_LOGS, READ_FS)
     if options.task not in task_names(alloc):
-        raise ApiError(400, f"unknown task name {go_quote(options.task)}")
+        raise NomadError(400, f"unknown task name {go_quote(options.task)}")
     if not task_started(alloc, options.task):
         raise not_started(options.task)
     services = request.app.get(LOGS)
     if services is None:
-        raise ApiError(503, "logs are not available: no Kubernetes log reader")
+        raise NomadError(503, "logs are not available: no Kubernetes log reader")
     source = _LogSource(services.reader, alloc, options)
     return await _serve(request, source, options, services.stopping)
 
@@ -231,14 +231,14 @@ class _LogSource:
         return total
 
 
-def _log_error(task: str, exc: LogError) -> ApiError:
+def _log_error(task: str, exc: LogError) -> NomadError:
     if exc.waiting:
         return not_started(task)
     if exc.status == 404:
-        return ApiError(404, f"no logs available for task {go_quote(task)}: {exc.message}")
+        return NomadError(404, f"no logs available for task {go_quote(task)}: {exc.message}")
     if exc.status is None:
-        return ApiError(503, exc.message)
-    return ApiError(500, f"cannot read the logs of task {go_quote(task)}: {exc.message}")
+        return NomadError(503, exc.message)
+    return NomadError(500, f"cannot read the logs of task {go_quote(task)}: {exc.message}")
 
 
 async def _serve(

@@ -13,14 +13,15 @@ from typing import Final
 
 from aiohttp import web
 
-from allocbridge.api.errors import ApiError
+from allocbridge.api.answers import Answer
+from allocbridge.api.errors import NomadError
 from allocbridge.api.routing import Endpoint
 
 NODE_NOT_FOUND: Final = "node not found"
 
 
-async def read_node(request: web.Request) -> web.StreamResponse:
-    raise ApiError(404, NODE_NOT_FOUND)
+async def read_node(request: web.Request) -> Answer:
+    raise NomadError(404, NODE_NOT_FOUND)
 
 
 ENDPOINTS = [Endpoint("/v1/node/{node_id}", {"GET": read_node})]

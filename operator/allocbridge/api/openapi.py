@@ -17,12 +17,12 @@ from typing import Any, Final
 
 from aiohttp import web
 
-from allocbridge.api.query import wants_pretty
-from allocbridge.api.render import json_response, render
+from allocbridge.api.answers import Answer
 from allocbridge.api.routing import Endpoint
 from allocbridge.model.signals import NAMES as SIGNAL_NAMES
 from allocbridge.model.signals import NUMBERS as SIGNAL_NUMBERS
 from allocbridge.model.signals import SPACE as SIGNAL_SPACE
+from allocbridge.store import encoding
 
 Json = dict[str, Any]
 
@@ -1021,13 +1021,11 @@ DOCUMENT: Final[Json] = {
     "security": [{}, {"nomadToken": []}, {"bearer": []}],
 }
 
-_COMPACT: Final = render(DOCUMENT, pretty=False)
+_COMPACT: Final = encoding.compact(DOCUMENT)
 
 
-async def openapi_document(request: web.Request) -> web.StreamResponse:
-    if wants_pretty(request.query):
-        return json_response(render(DOCUMENT, pretty=True))
-    return json_response(_COMPACT)
+async def openapi_document(request: web.Request) -> Answer:
+    return Answer(DOCUMENT, encoded=_COMPACT)
 
 
 ENDPOINTS = [Endpoint("/v1/openapi.json", {"GET": openapi_document})]

@@ -10,34 +10,34 @@ from __future__ import annotations
 
 from aiohttp import web
 
-from allocbridge.api.errors import ApiError
-from allocbridge.api.render import json_response, render
+from allocbridge.api.answers import Answer
+from allocbridge.api.errors import NomadError
 from allocbridge.api.routing import ALLOC_ID, Endpoint
 from allocbridge.api.targets import actions, field, json_body, target
 from allocbridge.auth import JOB_SUBMIT, READ_JOB
 from allocbridge.model import schedule as sched
 
 
-async def read_pause(request: web.Request) -> web.StreamResponse:
+async def read_pause(request: web.Request) -> Answer:
     task = request.query.get("task", "")
     if not task:
-        raise ApiError(400, "missing task: give the task name as ?task=")
+        raise NomadError(400, "missing task: give the task name as ?task=")
     _alloc, where = await target(request, READ_JOB)
     state = await actions(request).pause_state(where, task)
-    return json_response(render({"ScheduleState": state}, pretty=False))
+    return Answer({"ScheduleState": state})
 
 
-async def set_pause(request: web.Request) -> web.StreamResponse:
+async def set_pause(request: web.Request) -> Answer:
     body = await json_body(request, required=False)
     state = field(body, "ScheduleState", str, "")
     if state not in sched.REQUESTS:
-        raise ApiError(400, sched.INVALID_STATE)
+        raise NomadError(400, sched.INVALID_STATE)
     task = field(body, "Task", str, "")
     if not task:
-        raise ApiError(400, "missing task: the body needs a Task")
+        raise NomadError(400, "missing task: the body needs a Task")
     _alloc, where = await target(request, JOB_SUBMIT)
     index = await actions(request).set_pause(where, task, state)
-    return json_response(render({"Index": index}, pretty=False))
+    return Answer({"Index": index})
 
 
 ENDPOINTS = [

@@ -14,7 +14,7 @@ from typing import Final
 
 from multidict import MultiMapping
 
-from allocbridge.api.errors import ApiError
+from allocbridge.api.errors import NomadError
 from allocbridge.model.durations import DurationError, parse_go_duration
 from allocbridge.model.goformat import go_quote
 
@@ -76,7 +76,7 @@ def go_parse_bool(text: str) -> bool:
 
 
 def parse_query(query: MultiMapping[str]) -> QueryOptions:
-    """Parse the read options, raising a 400 `ApiError` at the first bad one."""
+    """Parse the read options, raising a 400 `NomadError` at the first bad one."""
     stale = False
     if "stale" in query:
         value = query.get("stale", "")
@@ -84,7 +84,7 @@ def parse_query(query: MultiMapping[str]) -> QueryOptions:
             try:
                 stale = go_parse_bool(value)
             except ValueError:
-                raise ApiError(400, STALE_ERROR) from None
+                raise NomadError(400, STALE_ERROR) from None
         else:
             stale = True
     prefix = query.get("prefix", "")
@@ -92,7 +92,7 @@ def parse_query(query: MultiMapping[str]) -> QueryOptions:
     per_page = 0
     if raw := query.get("per_page", ""):
         if not _INT.fullmatch(raw) or not _INT32[0] <= int(raw) <= _INT32[1]:
-            raise ApiError(400, PER_PAGE_ERROR)
+            raise NomadError(400, PER_PAGE_ERROR)
         per_page = int(raw)
     next_token = query.get("next_token", "")
     filter_ = query.get("filter", "")
@@ -102,12 +102,12 @@ def parse_query(query: MultiMapping[str]) -> QueryOptions:
         try:
             seconds = parse_go_duration(raw)
         except DurationError:
-            raise ApiError(400, WAIT_ERROR) from None
+            raise NomadError(400, WAIT_ERROR) from None
         wait = DEFAULT_WAIT if seconds <= 0 else min(seconds, MAX_WAIT)
     index = 0
     if raw := query.get("index", ""):
         if not _UINT.fullmatch(raw) or int(raw) > _UINT64_MAX:
-            raise ApiError(400, INDEX_ERROR)
+            raise NomadError(400, INDEX_ERROR)
         index = int(raw)
     return QueryOptions(
         region=query.get("region", ""),
@@ -132,7 +132,7 @@ def parse_bool_option(query: MultiMapping[str], name: str) -> bool | None:
     try:
         return go_parse_bool(value)
     except ValueError:
-        raise ApiError(
+        raise NomadError(
             400,
             f"Failed to parse value of {go_quote(name)} ({value}) as a bool: "
             f"strconv.ParseBool: parsing {go_quote(value)}: invalid syntax",

@@ -12,22 +12,22 @@ from __future__ import annotations
 
 from aiohttp import web
 
-from allocbridge.api.errors import ApiError
-from allocbridge.api.render import json_response
+from allocbridge.api.answers import Answer
+from allocbridge.api.errors import NomadError
 from allocbridge.api.routing import ALLOC_ID, Endpoint
 from allocbridge.api.targets import actions, field, json_body, target
 from allocbridge.auth import ALLOC_LIFECYCLE
 
 
-async def restart_allocation(request: web.Request) -> web.StreamResponse:
+async def restart_allocation(request: web.Request) -> Answer:
     body = await json_body(request, required=False)
     task = field(body, "TaskName", str, "")
     all_tasks = field(body, "AllTasks", bool, False)
     _alloc, where = await target(request, ALLOC_LIFECYCLE)
     if task and all_tasks:  # after the lookup and the capability, as in Nomad
-        raise ApiError(400, "task name cannot be set when restarting all tasks")
+        raise NomadError(400, "task name cannot be set when restarting all tasks")
     await actions(request).restart(where, task, all_tasks)
-    return json_response(b"{}")
+    return Answer({})
 
 
 ENDPOINTS = [

@@ -15,14 +15,13 @@ registration order, so the catch-alls must be registered last.
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable, Iterable, Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
 from aiohttp import web
 
-from allocbridge.api.errors import INVALID_METHOD, RESOURCE_NOT_FOUND, ApiError
-
-Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
+from allocbridge.api.answers import Answer, AnswerHandler, respond
+from allocbridge.api.errors import INVALID_METHOD, RESOURCE_NOT_FOUND, NomadError
 
 #: A path `:alloc_id`: one segment, possibly empty (Nomad reports an empty ID as too short).
 ALLOC_ID = "{alloc_id:[^/]*}"
@@ -35,37 +34,39 @@ class Endpoint:
     """One path and its handlers by method (upper-case, e.g. `GET`)."""
 
     path: str
-    handlers: Mapping[str, Handler]
+    handlers: Mapping[str, AnswerHandler]
 
 
 def add_endpoints(router: web.UrlDispatcher, endpoints: Iterable[Endpoint]) -> None:
+    """Register each endpoint's handlers, every one behind `answers.respond`."""
     for endpoint in endpoints:
         resource = router.add_resource(endpoint.path)
         for method, handler in endpoint.handlers.items():
-            resource.add_route(method, handler)
-        resource.add_route("*", method_not_allowed(endpoint.handlers))
+            resource.add_route(method, respond(handler))
+        resource.add_route("*", respond(method_not_allowed(endpoint.handlers)))
 
 
 def add_fallthroughs(router: web.UrlDispatcher) -> None:
     """Register the catch-alls; call after every `add_endpoints`."""
-    router.add_route("*", "/v1/allocation/{tail:.*}", resource_not_found)
-    router.add_route("*", "/v1/client/allocation/{tail:.*}", resource_not_found)
-    router.add_route("*", "/{tail:.*}", root_fallthrough)
+    router.add_route("*", "/v1/allocation/{tail:.*}", respond(resource_not_found))
+    router.add_route("*", "/v1/client/allocation/{tail:.*}", respond(resource_not_found))
+    router.add_route("*", "/{tail:.*}", respond(root_fallthrough))
 
 
-def method_not_allowed(handlers: Mapping[str, Handler]) -> Handler:
+def method_not_allowed(handlers: Mapping[str, AnswerHandler]) -> AnswerHandler:
     """The 405 handler of one path: Nomad's `Invalid method` plus `Allow: <its methods>`."""
     allow = {"Allow": ", ".join(sorted(method.upper() for method in handlers))}
 
-    async def invalid_method(request: web.Request) -> web.StreamResponse:
-        raise ApiError(405, INVALID_METHOD, headers=allow)
+    async def invalid_method(request: web.Request) -> Answer:
+        raise NomadError(405, INVALID_METHOD, headers=allow)
 
     return invalid_method
 
 
-async def resource_not_found(request: web.Request) -> web.StreamResponse:
-    raise ApiError(404, RESOURCE_NOT_FOUND)
+async def resource_not_found(request: web.Request) -> Answer:
+    raise NomadError(404, RESOURCE_NOT_FOUND)
 
 
 async def root_fallthrough(request: web.Request) -> web.StreamResponse:
+    """Nomad's mux answers an unknown path 404 with an empty body."""
     return web.Response(status=404)

@@ -3,8 +3,9 @@
 Layout (one module per job, Nomad's one-handler-per-resource style):
 
 - `query`: query options parsed once into `QueryOptions`; `ids`: path IDs and prefixes;
-- `errors`: `ApiError` and the middleware that renders every error; `render`: JSON bodies and
-  the `X-Nomad-*` headers; `blocking`: blocking queries over the store;
+- `answers`: the one response path (handlers return an `Answer` or raise `NomadError`; JSON,
+  `?pretty`, the `X-Nomad-*` headers and errors are rendered there); `errors`: what each
+  failure answers; `blocking`: blocking queries over the store;
 - `routing`: endpoint registration, 405s and Nomad's fall-throughs;
 - one module per resource: `allocations` (list), `allocation` (read), `services`, `checks`,
   and `openapi` (the document describing them all).
@@ -42,7 +43,6 @@ from allocbridge.api import (
     stop,
 )
 from allocbridge.api.context import CONTEXT, ApiContext
-from allocbridge.api.errors import error_middleware
 from allocbridge.api.routing import Endpoint, add_endpoints, add_fallthroughs
 from allocbridge.auth import Authorizer
 from allocbridge.store import AllocationStore
@@ -83,7 +83,7 @@ def create_app(
     On shutdown the store's parked blocking queries are released, so they answer at once
     with their current data instead of being cut off.
     """
-    app = web.Application(middlewares=[request_metrics(metrics, "api"), error_middleware])
+    app = web.Application(middlewares=[request_metrics(metrics, "api")])
     app[CONTEXT] = ApiContext(
         store=store,
         authorizer=authorizer,

@@ -10,12 +10,12 @@ from __future__ import annotations
 
 from aiohttp import web
 
+from allocbridge.api.answers import Answer
 from allocbridge.api.blocking import blocking_query
 from allocbridge.api.context import caller, context, synced_store
-from allocbridge.api.errors import ApiError
+from allocbridge.api.errors import NomadError
 from allocbridge.api.ids import parse_alloc_id
 from allocbridge.api.query import parse_query
-from allocbridge.api.render import json_response, meta_headers, render
 from allocbridge.api.routing import ALLOC_ID, Endpoint
 from allocbridge.auth import READ_JOB
 from allocbridge.store import StoredAllocation
@@ -23,7 +23,7 @@ from allocbridge.store import StoredAllocation
 ALLOCATION_NOT_FOUND = "allocation not found"
 
 
-async def allocation_services(request: web.Request) -> web.StreamResponse:
+async def allocation_services(request: web.Request) -> Answer:
     query = parse_query(request.query)
     alloc_id = parse_alloc_id(request.match_info["alloc_id"])
     ctx = context(request)
@@ -38,9 +38,8 @@ async def allocation_services(request: web.Request) -> web.StreamResponse:
 
     index, alloc = await blocking_query(store, query, run)
     if alloc is None:
-        raise ApiError(404, ALLOCATION_NOT_FOUND, headers=meta_headers(index))
-    body = render(list(alloc.services), pretty=query.pretty)
-    return json_response(body, headers=meta_headers(index))
+        raise NomadError(404, ALLOCATION_NOT_FOUND, index=index)
+    return Answer(list(alloc.services), index=index)
 
 
 ENDPOINTS = [Endpoint(f"/v1/allocation/{ALLOC_ID}/services", {"GET": allocation_services})]

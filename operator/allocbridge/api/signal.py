@@ -11,27 +11,27 @@ from __future__ import annotations
 
 from aiohttp import web
 
-from allocbridge.api.errors import ApiError
-from allocbridge.api.render import json_response
+from allocbridge.api.answers import Answer
+from allocbridge.api.errors import NomadError
 from allocbridge.api.routing import ALLOC_ID, Endpoint
 from allocbridge.api.targets import actions, field, json_body, target
 from allocbridge.auth import ALLOC_LIFECYCLE
 from allocbridge.model.signals import UnknownSignalError, canonical
 
 
-async def signal_allocation(request: web.Request) -> web.StreamResponse:
+async def signal_allocation(request: web.Request) -> Answer:
     body = await json_body(request, required=True)
     name = field(body, "Signal", str, "")
     task = field(body, "Task", str, "")
     _alloc, where = await target(request, ALLOC_LIFECYCLE)
     if not name:
-        raise ApiError(400, 'missing signal: the body needs a Signal such as "SIGUSR1"')
+        raise NomadError(400, 'missing signal: the body needs a Signal such as "SIGUSR1"')
     try:
         canonical(name)
     except UnknownSignalError as exc:
-        raise ApiError(400, str(exc)) from exc
+        raise NomadError(400, str(exc)) from exc
     await actions(request).signal(where, name, task or None)
-    return json_response(b"{}")
+    return Answer({})
 
 
 ENDPOINTS = [

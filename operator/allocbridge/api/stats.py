@@ -19,10 +19,10 @@ from typing import Final
 
 from aiohttp import web
 
-from allocbridge.api.errors import ApiError
+from allocbridge.api.answers import Answer
+from allocbridge.api.errors import NomadError
 from allocbridge.api.logs import task_names
 from allocbridge.api.query import parse_query
-from allocbridge.api.render import json_response, render
 from allocbridge.api.routing import ALLOC_ID, Endpoint
 from allocbridge.api.targets import readable_allocation
 from allocbridge.auth import READ_JOB
@@ -54,41 +54,41 @@ def enable_stats(app: web.Application, reader: NodeStatsReader, *, mhz_per_cpu: 
     app.on_cleanup.append(close)
 
 
-async def allocation_stats(request: web.Request) -> web.StreamResponse:
-    query = parse_query(request.query)
+async def allocation_stats(request: web.Request) -> Answer:
+    parse_query(request.query)  # its 400s, though only `namespace` and `pretty` are used
     alloc = await readable_allocation(request, READ_JOB)
     task = request.query.get("task", "")
     tasks = task_names(alloc)
     if task and task not in tasks:
-        raise ApiError(400, f"unknown task name {go_quote(task)}")
+        raise NomadError(400, f"unknown task name {go_quote(task)}")
     node = str(alloc.wire.get("NodeName") or "")
     if not node:
-        raise ApiError(503, "the allocation is not on a node yet: no stats")
+        raise NomadError(503, "the allocation is not on a node yet: no stats")
     services = request.app.get(STATS)
     if services is None:
-        raise ApiError(503, "stats are not available: no Kubernetes stats reader")
+        raise NomadError(503, "stats are not available: no Kubernetes stats reader")
     try:
         summary = await services.reader.summary(node)
     except StatsError as exc:
         raise _stats_error(node, exc) from exc
     pod = find_pod(summary, alloc.namespace, alloc.object_name)
     if pod is None:
-        raise ApiError(503, f"node {node} reports no stats for the allocation's pod yet")
+        raise NomadError(503, f"node {node} reports no stats for the allocation's pod yet")
     usage = alloc_usage(pod, tasks, mhz_per_cpu=services.mhz_per_cpu, task=task)
-    return json_response(render(usage, pretty=query.pretty))
+    return Answer(usage)
 
 
-def _stats_error(node: str, exc: StatsError) -> ApiError:
+def _stats_error(node: str, exc: StatsError) -> NomadError:
     if exc.status == 404:
-        return ApiError(501, f"node {node} serves no resource stats (/stats/summary): {exc}")
+        return NomadError(501, f"node {node} serves no resource stats (/stats/summary): {exc}")
     if PROXY_REFUSED in exc.message:  # a node on a loopback address (the local cluster's kwok)
-        return ApiError(
+        return NomadError(
             501,
             f"node {node} serves no resource stats: the API server's node proxy refuses it ({exc})",
         )
     if exc.status is None or exc.status in (502, 503, 504):
-        return ApiError(503, f"cannot read the stats of node {node}: {exc}")
-    return ApiError(500, f"cannot read the stats of node {node}: {exc}")
+        return NomadError(503, f"cannot read the stats of node {node}: {exc}")
+    return NomadError(500, f"cannot read the stats of node {node}: {exc}")
 
 
 ENDPOINTS = [Endpoint(f"/v1/client/allocation/{ALLOC_ID}/stats", {"GET": allocation_stats})]

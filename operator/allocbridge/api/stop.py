@@ -16,9 +16,9 @@ from typing import Final
 
 from aiohttp import web
 
+from allocbridge.api.answers import Answer
 from allocbridge.api.context import context
 from allocbridge.api.query import parse_bool_option
-from allocbridge.api.render import json_response, render
 from allocbridge.api.routing import ALLOC_ID, Endpoint
 from allocbridge.api.targets import actions, target
 from allocbridge.auth import ALLOC_LIFECYCLE
@@ -28,7 +28,7 @@ from allocbridge.auth import ALLOC_LIFECYCLE
 CATCH_UP: Final = 5.0
 
 
-async def stop_allocation(request: web.Request) -> web.StreamResponse:
+async def stop_allocation(request: web.Request) -> Answer:
     no_delay = parse_bool_option(request.query, "no_shutdown_delay") or False
     parse_bool_option(
         request.query, "reschedule"
@@ -36,8 +36,7 @@ async def stop_allocation(request: web.Request) -> web.StreamResponse:
     _alloc, where = await target(request, ALLOC_LIFECYCLE, not_found="allocation not found")
     eval_id, index = await actions(request).stop(where, no_shutdown_delay=no_delay)
     await context(request).store.wait_for_index(index - 1, CATCH_UP)
-    body = render({"EvalID": eval_id, "Index": index}, pretty=False)
-    return json_response(body, headers={"X-Nomad-Index": str(index)})
+    return Answer({"EvalID": eval_id, "Index": index}, write_index=index)
 
 
 ENDPOINTS = [

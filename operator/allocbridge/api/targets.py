@@ -9,7 +9,7 @@ from aiohttp import web
 
 from allocbridge.actions.lifecycle import Actions, Target
 from allocbridge.api.context import caller, context, synced_store
-from allocbridge.api.errors import ApiError
+from allocbridge.api.errors import NomadError
 from allocbridge.api.ids import parse_alloc_id
 from allocbridge.api.query import parse_query
 from allocbridge.auth import Authorizer, Caller, Capability, PermissionDeniedError
@@ -30,7 +30,7 @@ async def target(
     store = await synced_store(ctx)
     alloc = store.get(alloc_id) if alloc_id else None
     if alloc is None:
-        raise ApiError(404, not_found or f"Unknown allocation {go_quote(raw_id)}")
+        raise NomadError(404, not_found or f"Unknown allocation {go_quote(raw_id)}")
     await ctx.authorizer.check(caller(request), capability, alloc.namespace)
     return alloc, Target(alloc.namespace, alloc.object_name, alloc.id)
 
@@ -47,7 +47,7 @@ async def readable_allocation(request: web.Request, *capabilities: Capability) -
     namespace = parse_query(request.query).namespace if alloc is None else alloc.namespace
     await check_any(ctx.authorizer, caller(request), namespace, capabilities)
     if alloc is None:
-        raise ApiError(404, f"Unknown allocation {go_quote(raw_id)}")
+        raise NomadError(404, f"Unknown allocation {go_quote(raw_id)}")
     return alloc
 
 
@@ -68,7 +68,7 @@ async def check_any(
 def actions(request: web.Request) -> Actions:
     current = context(request).actions.current
     if current is None:
-        raise ApiError(503, "Kubernetes is not reachable yet; try again")
+        raise NomadError(503, "Kubernetes is not reachable yet; try again")
     return current
 
 
@@ -77,14 +77,14 @@ async def json_body(request: web.Request, *, required: bool) -> dict[str, Any]:
     raw = await request.read()
     if not raw.strip():
         if required:
-            raise ApiError(400, "Failed to decode body: Request body is empty")
+            raise NomadError(400, "Failed to decode body: Request body is empty")
         return {}
     try:
         body = json.loads(raw)
     except ValueError as exc:
-        raise ApiError(400, f"Failed to decode body: {exc}") from exc
+        raise NomadError(400, f"Failed to decode body: {exc}") from exc
     if not isinstance(body, dict):
-        raise ApiError(400, "Failed to decode body: expected a JSON object")
+        raise NomadError(400, "Failed to decode body: expected a JSON object")
     return body
 
 
@@ -95,7 +95,7 @@ def field(body: dict[str, Any], name: str, kind: type, default: Any) -> Any:
             if value is None:
                 return default
             if not isinstance(value, kind) or (kind is int and isinstance(value, bool)):
-                raise ApiError(
+                raise NomadError(
                     400, f"Failed to decode body: {name} must be a {kind.__name__}, got {value!r}"
                 )
             return value
