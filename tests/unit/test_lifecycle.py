@@ -11,13 +11,14 @@ from kubernetes_asyncio import client
 
 from allocbridge.actions import incontainer
 from allocbridge.actions import restart as restarting
-from allocbridge.actions.lifecycle import ActionError, Actions, Target
+from allocbridge.actions.lifecycle import Actions, Target
 from allocbridge.actions.records import Mutation
 from allocbridge.cluster.commands import CommandError, CommandResult
 from allocbridge.cluster.errors import from_status
 from allocbridge.cluster.resources import Json, Kube
 from allocbridge.lifecycle import Lifecycle, Next, Phase, Upstream
 from allocbridge.model import pid1 as pid1_rules
+from allocbridge.model.errors import NomadError
 from allocbridge.model.spec import AllocationSpec, parse_spec
 
 
@@ -158,7 +159,7 @@ class FakeActions(Actions):
 
     async def kill(self, target: Target, task: str, signal: str, where: str) -> None:
         if signal == "SIGTERM" and self.refuse_term:
-            raise ActionError(500, 'kill -TERM 1 in task "main" failed: no such process')
+            raise NomadError(500, 'kill -TERM 1 in task "main" failed: no such process')
         self.sent.append(f"{signal} {where}")
         if signal == "SIGTERM":
             self.fake.pod = self.fake.after_term
@@ -221,7 +222,7 @@ async def test_a_pid1_that_outlives_sigkill_of_its_processes_gets_a_new_pod() ->
 async def test_a_sigterm_not_sent_takes_its_restart_back() -> None:
     """Else the task's next exit, a batch task's completion say, would count as a restart."""
     actions = FakeActions(FakeKube(None), refuse_term=True)
-    with pytest.raises(ActionError):
+    with pytest.raises(NomadError):
         await restart(actions)
     assert actions.status["observed"]["main"]["userRestarts"] == 0
     assert not actions.escalations
@@ -248,7 +249,7 @@ async def test_a_kill_ended_with_its_container_delivered_its_signal(
     ran throughout is a fault."""
     monkeypatch.setattr(incontainer, "STATUS_SETTLE", 0.01)
     await ExecActions(137).kill(TARGET, "main", "SIGTERM", "-1")
-    with pytest.raises(ActionError) as failed:
+    with pytest.raises(NomadError) as failed:
         await ExecActions(1).kill(TARGET, "main", "SIGTERM", "-1")
     assert failed.value.status == 500 and "kill -TERM -1" in failed.value.message
 
@@ -267,7 +268,7 @@ async def test_an_exec_the_api_server_refuses_is_a_task_not_running(
 
     monkeypatch.setattr(incontainer, "run_command", refused)
     actions = Actions(cast(Kube, FakeKube(None)), cast(client.Configuration, None))
-    with pytest.raises(ActionError) as failed:
+    with pytest.raises(NomadError) as failed:
         await actions.exec(TARGET, "main", ["kill", "-TERM", "1"])
     assert failed.value.status == code
     assert failed.value.message == "Task not running" or any(
@@ -309,6 +310,6 @@ async def test_an_exec_that_fails_while_the_task_is_not_running_is_a_409(
     kube = FakeKube(None)
     kube.pod = pod
     actions = Actions(cast(Kube, kube), cast(client.Configuration, None))
-    with pytest.raises(ActionError) as raised:
+    with pytest.raises(NomadError) as raised:
         await actions.exec(TARGET, "main", ["kill", "-TERM", "1"])
     assert raised.value.status == code

@@ -39,10 +39,11 @@ from typing import cast
 from aiohttp.test_utils import TestServer
 from allocations_fixture import SAMPLE, stored
 
-from allocbridge.actions.lifecycle import ActionError, Actions, ActionsSlot, Target
+from allocbridge.actions.lifecycle import Actions, ActionsSlot, Target
 from allocbridge.api.openapi import DOCUMENT
 from allocbridge.api.server import create_app
 from allocbridge.auth import AllowAll
+from allocbridge.model.errors import NomadError
 from allocbridge.store import AllocationStore
 from allocbridge.telemetry import Metrics
 
@@ -82,7 +83,7 @@ class InMemoryActions:
     def _task(self, target: Target, task: str) -> None:
         alloc = self.store.get(target.alloc_id)
         if alloc is None or task not in (alloc.wire.get("TaskStates") or {}):
-            raise ActionError(404, "Task not found")
+            raise NomadError(404, "Task not found")
 
     async def stop(self, target: Target, *, no_shutdown_delay: bool) -> tuple[str, int]:
         return "5d1b7c2e-0000-4000-8000-000000000001", self.store.index

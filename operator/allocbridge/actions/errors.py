@@ -1,4 +1,5 @@
-"""The error every action answers when it refuses or cannot carry out a request."""
+"""Nomad's texts the actions answer with. Their refusals raise the API's one error type,
+`model.errors.NomadError` (a status and Nomad's text), which `api` answers as it is."""
 
 from __future__ import annotations
 
@@ -6,12 +7,3 @@ from typing import Final
 
 #: Nomad's text for an action on a task that does not run (a 409).
 TASK_NOT_RUNNING: Final = "Task not running"
-
-
-class ActionError(Exception):
-    """A request the action refuses or cannot carry out; `status` is the HTTP status."""
-
-    def __init__(self, status: int, message: str) -> None:
-        super().__init__(message)
-        self.status = status
-        self.message = message

@@ -16,12 +16,13 @@ import logging
 import time
 from dataclasses import dataclass
 
-from allocbridge.actions.errors import TASK_NOT_RUNNING, ActionError
+from allocbridge.actions.errors import TASK_NOT_RUNNING
 from allocbridge.actions.records import AllocationRecords, Target
 from allocbridge.cluster.commands import CommandResult, run_command
 from allocbridge.cluster.connection import ClientConfiguration
 from allocbridge.cluster.errors import KubernetesError, RefusedError
 from allocbridge.model import pid1 as pid1_rules
+from allocbridge.model.errors import NomadError
 
 #: Seconds a failed exec's container status gets to show an exit or a restart (see `exec`).
 STATUS_SETTLE = 3.0
@@ -56,15 +57,15 @@ class InContainer(AllocationRecords):
                 log.info(
                     "the task was not running for an exec", extra={"task": task, "error": str(exc)}
                 )
-                raise ActionError(409, TASK_NOT_RUNNING) from exc
+                raise NomadError(409, TASK_NOT_RUNNING) from exc
             text = str(exc)
             if "executable file not found" in text or "no such file" in text.lower():
-                raise ActionError(
+                raise NomadError(
                     500,
                     f'cannot act on task "{task}": its container has no "{argv[0]}" binary '
                     f"(allocbridge {_WHY_BINARY.get(argv[0], 'runs it in the container')})",
                 ) from exc
-            raise ActionError(500, f'cannot run {argv[0]} in task "{task}": {text}') from exc
+            raise NomadError(500, f'cannot run {argv[0]} in task "{task}": {text}') from exc
 
     async def _ran_throughout(self, target: Target, task: str, since: float) -> bool:
         """Whether the task's container has run since `since` (Unix seconds) and still runs,
@@ -96,10 +97,10 @@ class InContainer(AllocationRecords):
         began = time.time()
         result = await self.exec(target, task, list(pid1_rules.PROBE))
         if "SigCgt:" not in result.stdout and not await self._ran_throughout(target, task, began):
-            raise ActionError(409, TASK_NOT_RUNNING)  # PID 1 was ending under the probe
+            raise NomadError(409, TASK_NOT_RUNNING)  # PID 1 was ending under the probe
         if "SigCgt:" not in result.stdout:
             detail = result.stderr.strip() or f"exit code {result.exit_code}"
-            raise ActionError(500, f'cannot read /proc/1/status in task "{task}": {detail}')
+            raise NomadError(500, f'cannot read /proc/1/status in task "{task}": {detail}')
         return pid1_rules.parse(result.stdout, children_readable=result.exit_code == 0)
 
     async def kill(self, target: Target, task: str, signal: str, where: str) -> None:
@@ -117,10 +118,10 @@ class InContainer(AllocationRecords):
         if result.exit_code == _KILLED_WITH_ITS_CONTAINER:
             return  # the signal ended the container, whose end took the `kill` with it
         if result.exit_code != 0 and not await self._ran_throughout(target, task, began):
-            raise ActionError(409, TASK_NOT_RUNNING)  # its processes were ending meanwhile
+            raise NomadError(409, TASK_NOT_RUNNING)  # its processes were ending meanwhile
         if result.exit_code != 0:
             detail = result.stderr.strip() or f"exit code {result.exit_code}"
-            raise ActionError(500, f'{" ".join(argv)} in task "{task}" failed: {detail}')
+            raise NomadError(500, f'{" ".join(argv)} in task "{task}" failed: {detail}')
 
 
 def undeliverable(name: str) -> str:

@@ -11,14 +11,13 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from allocbridge.actions.errors import ActionError
 from allocbridge.actions.pause import Pausing
 from allocbridge.actions.records import Target
 from allocbridge.actions.restart import Restarting
 from allocbridge.actions.signal import Signalling
 from allocbridge.actions.stop import Stopping
 
-__all__ = ["ActionError", "Actions", "ActionsSlot", "Target"]
+__all__ = ["Actions", "ActionsSlot", "Target"]
 
 
 @dataclass

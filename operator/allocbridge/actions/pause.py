@@ -11,13 +11,21 @@ from __future__ import annotations
 import datetime
 import time
 
-from allocbridge.actions.errors import ActionError
 from allocbridge.actions.incontainer import InContainer
-from allocbridge.actions.records import Target, add_events
+from allocbridge.actions.records import Target
 from allocbridge.cluster.resources import Json
 from allocbridge.model import pid1 as pid1_rules
 from allocbridge.model import schedule as sched
-from allocbridge.model.status import task_event
+from allocbridge.model.allocstatus import (
+    OBSERVED,
+    PAUSE_REFUSED,
+    PAUSED,
+    TASK_STATES,
+    TaskEvent,
+    add_events,
+    task_event,
+)
+from allocbridge.model.errors import NomadError
 
 UNPAUSABLE = (
     "its main process is the container's PID 1, which Linux does not let anything inside "
@@ -32,20 +40,20 @@ class Pausing(InContainer):
     async def pause_state(self, target: Target, task: str) -> str:
         obj, spec = await self.load(target)
         if spec.task(task) is None:
-            raise ActionError(404, "Task not found")
-        state = ((obj.get("status") or {}).get("taskStates") or {}).get(task) or {}
-        return str(state.get("paused", ""))
+            raise NomadError(404, "Task not found")
+        state = ((obj.get("status") or {}).get(TASK_STATES) or {}).get(task) or {}
+        return str(state.get(PAUSED, ""))
 
     async def set_pause(self, target: Target, task: str, request: str) -> int:
         """Apply an override; returns the index of the write."""
         if request not in sched.REQUESTS:
-            raise ActionError(400, sched.INVALID_STATE)
+            raise NomadError(400, sched.INVALID_STATE)
         obj, spec = await self.load(target)
         found = spec.task(task)
         if found is None:
-            raise ActionError(404, "Task not found")
+            raise NomadError(404, "Task not found")
         current = str(
-            (((obj.get("status") or {}).get("taskStates") or {}).get(task) or {}).get("paused", "")
+            (((obj.get("status") or {}).get(TASK_STATES) or {}).get(task) or {}).get(PAUSED, "")
         )
         wanted = sched.transition(current, request, found.schedule)
         settled = sched.settle(wanted, found.schedule, datetime.datetime.now(datetime.UTC))
@@ -61,15 +69,15 @@ class Pausing(InContainer):
         """
         if not override:
             obj, _spec = await self.load(target)
-            task_state = ((obj.get("status") or {}).get("taskStates") or {}).get(task) or {}
-            if str(task_state.get("paused", "")) != current:  # moved meanwhile
+            task_state = ((obj.get("status") or {}).get(TASK_STATES) or {}).get(task) or {}
+            if str(task_state.get(PAUSED, "")) != current:  # moved meanwhile
                 return int(obj["metadata"]["resourceVersion"])
         cause = "override" if override else "schedule"
-        events: list[Json] = []
+        events: list[TaskEvent] = []
         if sched.paused(new) != sched.paused(current):
             where = pid1_rules.route(await self.pid1(target, task), pid1_rules.SIGSTOP)
             if where is None:
-                raise ActionError(500, f'cannot pause task "{task}": {UNPAUSABLE}')
+                raise NomadError(500, f'cannot pause task "{task}": {UNPAUSABLE}')
             if sched.paused(new):
                 await self.kill(target, task, "SIGSTOP", where)
                 events.append(task_event("Pausing", time.time_ns(), f"Pausing due to {cause}"))
@@ -79,8 +87,8 @@ class Pausing(InContainer):
 
         def move(status: Json, _obj: Json) -> None:
             add_events(status, {task: events})
-            status.setdefault("taskStates", {}).setdefault(task, {})["paused"] = new
-            (status.get("observed") or {}).get(task, {}).pop("pauseRefused", None)
+            status.setdefault(TASK_STATES, {}).setdefault(task, {})[PAUSED] = new
+            (status.get(OBSERVED) or {}).get(task, {}).pop(PAUSE_REFUSED, None)
 
         written = await self.update(target, move)
         return int(written["metadata"]["resourceVersion"])
@@ -91,9 +99,9 @@ class Pausing(InContainer):
         event = task_event("Driver", time.time_ns(), message, driverMessage=message)
 
         def refuse(status: Json, _obj: Json) -> None:
-            seen = status.setdefault("observed", {}).setdefault(task, {})
-            if seen.get("pauseRefused") != wanted:  # recorded once, however often asked
-                seen["pauseRefused"] = wanted
+            seen = status.setdefault(OBSERVED, {}).setdefault(task, {})
+            if seen.get(PAUSE_REFUSED) != wanted:  # recorded once, however often asked
+                seen[PAUSE_REFUSED] = wanted
                 add_events(status, {task: [event]})
 
         await self.update(target, refuse)

@@ -11,11 +11,19 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from allocbridge.actions.errors import TASK_NOT_RUNNING, ActionError
+from allocbridge.actions.errors import TASK_NOT_RUNNING
 from allocbridge.cluster.errors import ConflictError
 from allocbridge.cluster.resources import Json, Kube
+from allocbridge.model.allocstatus import (
+    STATE,
+    TASK_RUNNING,
+    TASK_STATES,
+    TaskEvent,
+    add_events,
+)
+from allocbridge.model.errors import NomadError
 from allocbridge.model.spec import AllocationSpec, parse_spec
-from allocbridge.model.status import MAX_EVENTS, merge_patch
+from allocbridge.model.status import merge_patch
 
 #: Times a status write is tried again after a conflict before the action gives up.
 WRITE_RETRIES = 8
@@ -42,11 +50,11 @@ class AllocationRecords:
     async def load(self, target: Target) -> tuple[Json, AllocationSpec]:
         obj = await self.kube.get_allocation(target.namespace, target.name)
         if obj is None or obj["metadata"]["uid"] != target.alloc_id:
-            raise ActionError(404, f'Unknown allocation "{target.alloc_id}"')
+            raise NomadError(404, f'Unknown allocation "{target.alloc_id}"')
         try:
             return obj, parse_spec(obj.get("spec") or {})
         except ValueError as exc:
-            raise ActionError(409, f"allocation has an invalid spec: {exc}") from exc
+            raise NomadError(409, f"allocation has an invalid spec: {exc}") from exc
 
     async def update(self, target: Target, mutate: Mutation) -> Json:
         """Read-modify-write of the status with the resourceVersion as precondition."""
@@ -63,29 +71,21 @@ class AllocationRecords:
                 )
             except ConflictError:
                 continue  # changed since it was read: read it again
-        raise ActionError(500, "the allocation kept changing; try again")
+        raise NomadError(500, "the allocation kept changing; try again")
 
-    async def record(self, target: Target, events: Mapping[str, list[Json]]) -> Json:
+    async def record(self, target: Target, events: Mapping[str, list[TaskEvent]]) -> Json:
         return await self.update(target, lambda status, _obj: add_events(status, events))
 
     def running_tasks(self, obj: Json, spec: AllocationSpec, task: str | None) -> list[str]:
         """`task` if it runs (404 if unknown, 409 if not running), else every running task."""
-        states = (obj.get("status") or {}).get("taskStates") or {}
+        states = (obj.get("status") or {}).get(TASK_STATES) or {}
         if task:
             if spec.task(task) is None:
-                raise ActionError(404, "Task not found")
-            if (states.get(task) or {}).get("state") != "running":
-                raise ActionError(409, TASK_NOT_RUNNING)
+                raise NomadError(404, "Task not found")
+            if (states.get(task) or {}).get(STATE) != TASK_RUNNING:
+                raise NomadError(409, TASK_NOT_RUNNING)
             return [task]
-        return [t.name for t in spec.tasks if (states.get(t.name) or {}).get("state") == "running"]
-
-
-def add_events(status: Json, events: Mapping[str, list[Json]]) -> None:
-    """Append task events to `status`, keeping each task's newest `MAX_EVENTS`."""
-    states = status.setdefault("taskStates", {})
-    for task, new in events.items():
-        state = states.setdefault(task, {"state": "pending", "events": []})
-        state["events"] = [*state.get("events", []), *new][-MAX_EVENTS:]
+        return [t.name for t in spec.tasks if (states.get(t.name) or {}).get(STATE) == TASK_RUNNING]
 
 
 def _deep_copy(value: Any) -> Any:

@@ -15,13 +15,24 @@ import logging
 import time
 from dataclasses import dataclass, field
 
-from allocbridge.actions.errors import ActionError
 from allocbridge.actions.incontainer import InContainer, undeliverable
-from allocbridge.actions.records import Mutation, Target, add_events
+from allocbridge.actions.records import Mutation, Target
 from allocbridge.cluster.resources import Json
 from allocbridge.model import pid1 as pid1_rules
+from allocbridge.model.allocstatus import (
+    CLIENT_STATUS,
+    DESIRED_STATUS,
+    DESIRED_STOP,
+    OBSERVED,
+    RECREATE_POD,
+    TERMINAL,
+    USER_RESTARTS,
+    TaskEvent,
+    add_events,
+    task_event,
+)
+from allocbridge.model.errors import NomadError
 from allocbridge.model.signals import canonical, number
-from allocbridge.model.status import task_event
 
 #: Seconds a PID 1 gets to exit once everything below it got SIGKILL, before its pod goes.
 AFTER_SIGKILL = 5.0
@@ -40,17 +51,13 @@ class Restarting(InContainer):
 
     async def restart(self, target: Target, task_name: str, all_tasks: bool) -> None:
         if task_name and all_tasks:
-            raise ActionError(400, "task name cannot be set when restarting all tasks")
+            raise NomadError(400, "task name cannot be set when restarting all tasks")
         obj, spec = await self.load(target)
         status = obj.get("status") or {}
-        if status.get("desiredStatus") == "stop" or status.get("clientStatus") in (
-            "complete",
-            "failed",
-            "lost",
-        ):
-            raise ActionError(409, "restart of an alloc that should not run")
+        if status.get(DESIRED_STATUS) == DESIRED_STOP or status.get(CLIENT_STATUS) in TERMINAL:
+            raise NomadError(409, "restart of an alloc that should not run")
         if task_name and spec.task(task_name) is None:
-            raise ActionError(404, f"Could not find task runner for task: {task_name}")
+            raise NomadError(404, f"Could not find task runner for task: {task_name}")
         now = time.time_ns()
         if all_tasks:
             reason = "User requested all tasks to restart"
@@ -58,7 +65,7 @@ class Restarting(InContainer):
 
             def recreate(status: Json, _obj: Json) -> None:
                 add_events(status, events)
-                status["recreatePod"] = True
+                status[RECREATE_POD] = True
 
             await self.update(target, recreate)
             return
@@ -77,7 +84,7 @@ class Restarting(InContainer):
             else:
                 term_at[t] = where
         if stuck:
-            raise ActionError(
+            raise NomadError(
                 500,
                 "; ".join(
                     f'cannot restart task "{t}" in place: {undeliverable(stop_with[t])}; '
@@ -94,10 +101,10 @@ class Restarting(InContainer):
 
         def expect(status: Json, _obj: Json) -> None:
             add_events(status, events)
-            observed = status.setdefault("observed", {})
+            observed = status.setdefault(OBSERVED, {})
             for t in tasks:
                 seen = observed.setdefault(t, {})
-                seen["userRestarts"] = int(seen.get("userRestarts", 0)) + 1
+                seen[USER_RESTARTS] = int(seen.get(USER_RESTARTS, 0)) + 1
 
         # Which run of each container gets the kill signal, read before it is sent: a quick exit
         # must not look like no exit to the escalation.
@@ -106,7 +113,7 @@ class Restarting(InContainer):
         for index, t in enumerate(tasks):
             try:
                 await self.kill(target, t, stop_with[t], term_at[t])
-            except ActionError:
+            except NomadError:
                 # Not sent: the next exits of this task and the ones after it are not restarts.
                 await self.update(target, _take_back_restarts(tasks[index:]))
                 raise
@@ -156,12 +163,12 @@ class Restarting(InContainer):
         def escalate(status: Json, _obj: Json) -> None:
             add_events(status, {task: [event]})
             if kill_at is None:
-                status["recreatePod"] = True
+                status[RECREATE_POD] = True
 
         await self.update(target, escalate)
         if kill_at is None:
             return
-        with contextlib.suppress(ActionError):
+        with contextlib.suppress(NomadError):
             await self.kill(target, task, "SIGKILL", kill_at)
         await asyncio.sleep(AFTER_SIGKILL)
         if not await self._same_run(target, task, run):
@@ -176,7 +183,7 @@ class Restarting(InContainer):
 
         def replace(status: Json, _obj: Json) -> None:
             add_events(status, {task: [replaced]})
-            status["recreatePod"] = True
+            status[RECREATE_POD] = True
 
         await self.update(target, replace)
 
@@ -192,7 +199,7 @@ class Restarting(InContainer):
         await asyncio.gather(*self.escalations, return_exceptions=True)
 
 
-def _restart_signaled(now: int, reason: str) -> Json:
+def _restart_signaled(now: int, reason: str) -> TaskEvent:
     return task_event("Restart Signaled", now, reason, restartReason=reason)
 
 
@@ -211,10 +218,10 @@ def _take_back_restarts(tasks: list[str]) -> Mutation:
     """Undo the pending user restarts of `tasks` (their SIGTERM was not sent)."""
 
     def take_back(status: Json, _obj: Json) -> None:
-        observed = status.get("observed") or {}
+        observed = status.get(OBSERVED) or {}
         for task in tasks:
             seen = observed.get(task) or {}
-            if int(seen.get("userRestarts", 0)) > 0:
-                seen["userRestarts"] = int(seen["userRestarts"]) - 1
+            if int(seen.get(USER_RESTARTS, 0)) > 0:
+                seen[USER_RESTARTS] = int(seen[USER_RESTARTS]) - 1
 
     return take_back

@@ -8,12 +8,13 @@ from __future__ import annotations
 
 import time
 
-from allocbridge.actions.errors import TASK_NOT_RUNNING, ActionError
+from allocbridge.actions.errors import TASK_NOT_RUNNING
 from allocbridge.actions.incontainer import InContainer, undeliverable
 from allocbridge.actions.records import Target
 from allocbridge.model import pid1 as pid1_rules
+from allocbridge.model.allocstatus import task_event
+from allocbridge.model.errors import NomadError
 from allocbridge.model.signals import canonical, number
-from allocbridge.model.status import task_event
 
 
 class Signalling(InContainer):
@@ -25,7 +26,7 @@ class Signalling(InContainer):
         obj, spec = await self.load(target)
         tasks = self.running_tasks(obj, spec, task)
         if not tasks:  # no task named and none running: an error, never a silent success
-            raise ActionError(409, TASK_NOT_RUNNING)
+            raise NomadError(409, TASK_NOT_RUNNING)
         routes: dict[str, str] = {}
         failures = []
         for t in tasks:  # every task is checked before anything is sent or recorded
@@ -35,7 +36,7 @@ class Signalling(InContainer):
             else:
                 routes[t] = where
         if failures:
-            raise ActionError(500, "; ".join(failures))
+            raise NomadError(500, "; ".join(failures))
         events = {
             t: [
                 task_event(
@@ -53,12 +54,12 @@ class Signalling(InContainer):
         for t, where in routes.items():
             try:
                 await self.kill(target, t, name, where)
-            except ActionError as exc:
+            except NomadError as exc:
                 if exc.status == 409:  # it stopped running after it was checked
                     not_running.append(t)
                 else:
                     failures.append(f"Failed to signal task: {t}, err: {exc.message}")
         if failures:
-            raise ActionError(500, "; ".join(failures))
+            raise NomadError(500, "; ".join(failures))
         if not_running and len(not_running) == len(routes):
-            raise ActionError(409, TASK_NOT_RUNNING)
+            raise NomadError(409, TASK_NOT_RUNNING)

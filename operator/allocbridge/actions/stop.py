@@ -10,10 +10,10 @@ from __future__ import annotations
 import time
 import uuid
 
-from allocbridge.actions.errors import ActionError
 from allocbridge.actions.records import AllocationRecords, Target
 from allocbridge.cluster.errors import ConflictError
 from allocbridge.cluster.resources import Json
+from allocbridge.model.errors import NomadError
 from allocbridge.model.spec import AllocationSpec
 from allocbridge.model.status import NS
 
@@ -26,7 +26,7 @@ class Stopping(AllocationRecords):
         obj, spec = await self.load(target)
         status = obj.get("status") or {}
         if status.get("desiredStatus") == "stop":
-            raise ActionError(409, f'allocation "{target.alloc_id}" is already stopped')
+            raise NomadError(409, f'allocation "{target.alloc_id}" is already stopped')
         eval_id = str(uuid.uuid4())
         now = time.time_ns()
         replacement = await self._replace(obj, now, eval_id)
@@ -35,7 +35,7 @@ class Stopping(AllocationRecords):
 
         def stop(status: Json, _obj: Json) -> None:
             if status.get("desiredStatus") == "stop":
-                raise ActionError(409, f'allocation "{target.alloc_id}" is already stopped')
+                raise NomadError(409, f'allocation "{target.alloc_id}" is already stopped')
             status["desiredStatus"] = "stop"
             status["desiredDescription"] = "alloc was stopped by user request and rescheduled"
             status["desiredTransition"] = {"migrate": True, "noShutdownDelay": no_shutdown_delay}
@@ -63,7 +63,7 @@ class Stopping(AllocationRecords):
         try:
             created = await self.kube.create_allocation(meta["namespace"], body)
         except ConflictError as exc:
-            raise ActionError(409, "a replacement allocation exists already") from exc
+            raise NomadError(409, "a replacement allocation exists already") from exc
         tracker = status.get("rescheduleTracker") or {}
         event = {
             "prevAllocID": meta["uid"],

@@ -1,12 +1,12 @@
 """What each failure of a `/v1` request answers, decided in one place.
 
-Handlers raise `NomadError(status, message)` with Nomad's text (the actions raise their
-`ActionError`, which carries a status too); the authorizer's `PermissionDeniedError` (403) and
-`AuthUnavailableError` (503) escape as they are. `failure` turns any of them into a `Failure`;
-`api.answers` sends it as Nomad does (a plain-text body holding exactly the message,
-`text/plain; charset=utf-8`, no trailing newline) and `api.exec`, past its WebSocket upgrade,
-as a close frame. Anything else is an internal fault: logged with its traceback, answered 500
-without internals.
+Handlers, the query parsers and the actions raise `NomadError(status, message)` with Nomad's
+text; the authorizer's `PermissionDeniedError` (403) and `AuthUnavailableError` (503) escape as
+they are (`auth/base.py` says why they are not status codes). `failure` turns any of them into
+a `Failure`; `api.answers` sends it as Nomad does (a plain-text body holding exactly the
+message, `text/plain; charset=utf-8`, no trailing newline) and `api.exec`, past its WebSocket
+upgrade, as a close frame. Anything else is an internal fault: logged with its traceback,
+answered 500 without internals.
 """
 
 from __future__ import annotations
@@ -16,7 +16,6 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Final
 
-from allocbridge.actions.lifecycle import ActionError
 from allocbridge.auth import AuthUnavailableError, PermissionDeniedError
 from allocbridge.model.errors import NomadError
 
@@ -57,11 +56,9 @@ class Failure:
 
 def failure(exc: Exception) -> Failure:
     """The answer to `exc`; a 500 for anything that is not one of the known failures."""
-    if isinstance(exc, NomadError | ActionError):
+    if isinstance(exc, NomadError):
         level = logging.ERROR if exc.status >= 500 else logging.DEBUG
-        index = exc.index if isinstance(exc, NomadError) else None
-        headers = exc.headers if isinstance(exc, NomadError) else {}
-        return Failure(exc.status, exc.message, headers, index, level)
+        return Failure(exc.status, exc.message, exc.headers, exc.index, level)
     if isinstance(exc, PermissionDeniedError):
         return Failure(403, PERMISSION_DENIED, event="permission denied", detail=exc.reason)
     if isinstance(exc, AuthUnavailableError):

@@ -10,11 +10,11 @@ from __future__ import annotations
 import datetime
 import logging
 
-from allocbridge.actions.errors import ActionError
 from allocbridge.actions.pause import Pausing
 from allocbridge.actions.records import Target
 from allocbridge.cluster.resources import Json
 from allocbridge.model import schedule as sched
+from allocbridge.model.errors import NomadError
 from allocbridge.model.spec import AllocationSpec
 
 log = logging.getLogger(__name__)
@@ -48,7 +48,7 @@ async def follow_schedules(
             continue
         try:
             await actions.apply_pause(target, task.name, current, wanted, override=False)
-        except ActionError as exc:  # recorded once on the task, not retried every pass
+        except NomadError as exc:  # recorded once on the task, not retried every pass
             log.warning("schedule not followed: %s", exc.message, extra={"task": task.name})
             await actions.refuse_pause(target, task.name, wanted, exc.message)
     return next_check
