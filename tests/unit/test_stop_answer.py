@@ -68,3 +68,17 @@ async def test_a_store_already_past_the_stop_answers_at_once(
     store.advance(STOP_INDEX + 5)
     response = await asyncio.wait_for(client.post(f"/v1/allocation/{ALLOC_ID}/stop"), 0.5)
     assert response.status == 200
+
+
+async def test_pretty_indents_the_stop_answer_which_carries_its_index_alone(
+    client: TestClient[Any, Any], store: AllocationStore
+) -> None:
+    store.advance(STOP_INDEX)
+    response = await client.post(f"/v1/allocation/{ALLOC_ID}/stop?pretty")
+    body = await response.text()
+    assert body == (
+        '{\n    "EvalID": "5d1b7c2e-0000-4000-8000-000000000001",\n'
+        f'    "Index": {STOP_INDEX}\n}}\n'
+    )
+    assert response.headers["X-Nomad-Index"] == str(STOP_INDEX)
+    assert "X-Nomad-KnownLeader" not in response.headers  # a write's setIndex, not setMeta
