@@ -15,7 +15,7 @@ from aiohttp import web
 from aiohttp.test_utils import TestClient, TestServer
 
 from allocbridge.api import answers
-from allocbridge.api.answers import Answer
+from allocbridge.api.answers import Answer, AnswerHandler
 from allocbridge.api.errors import INTERNAL_ERROR
 from allocbridge.api.routing import Endpoint, add_endpoints
 from allocbridge.auth import AuthUnavailableError, PermissionDeniedError
@@ -59,7 +59,7 @@ async def streamed(request: web.Request) -> web.StreamResponse:
     return response
 
 
-HANDLERS = {
+HANDLERS: dict[str, AnswerHandler] = {
     "value": value,
     "items": items,
     "written": written,
