@@ -2,7 +2,11 @@
 
 from __future__ import annotations
 
+import uuid
+
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 from multidict import MultiDict
 
 from allocbridge.api.errors import NomadError
@@ -316,3 +320,14 @@ def test_prefixes() -> None:
 )
 def test_extract_token(headers: dict[str, str], token: str | None) -> None:
     assert extract_token(headers) == token
+
+
+@given(st.uuids())
+def test_a_canonical_id_is_looked_up_as_the_full_decode_gives_it(value: uuid.UUID) -> None:
+    """The canonical form is taken as it is (the common case, without the decode); the decode
+    of the same text must agree, and so must the upper-case form, which goes through it."""
+    text = str(value)
+    digits = decode_uuid_text(text, full=True)
+    decoded = f"{digits[:8]}-{digits[8:12]}-{digits[12:16]}-{digits[16:20]}-{digits[20:]}"
+    assert parse_alloc_id(text) == decoded == text
+    assert parse_alloc_id(text.upper()) == text

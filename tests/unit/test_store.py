@@ -11,6 +11,7 @@ import pytest
 from allocations_fixture import SAMPLE, alloc_id, sample_store, stored, wire
 
 from allocbridge.store import AllocationStore, StoredAllocation, encoding
+from allocbridge.store.allocation import RECENT_BODIES
 from allocbridge.store.memory import hyphenated_prefix
 from allocbridge.store.ordering import SortedIndex
 from allocbridge.store.stubs import ALLOCATION_ZERO, filter_datum
@@ -82,7 +83,16 @@ def test_resources_are_left_out_when_the_allocation_has_none() -> None:
 def test_wire_json_is_the_compact_wire_dict() -> None:
     alloc = stored(alloc_id(1))
     assert json.loads(alloc.wire_json) == alloc.wire
-    assert "wire_json" not in vars(alloc), "a read keeps no copy of its body in the store"
+    assert "wire_json" not in vars(alloc), "the allocation keeps no copy of its body"
+    assert alloc.wire_json is alloc.wire_json, "the bodies read last are kept"
+
+
+def test_only_the_bodies_read_last_are_kept() -> None:
+    first = stored(alloc_id(1))
+    body = first.wire_json
+    for n in range(2, RECENT_BODIES + 2):  # as many others read since
+        assert stored(alloc_id(n)).wire_json
+    assert first.wire_json is not body and first.wire_json == body
 
 
 def test_compact_json_is_the_standard_librarys_compact_form() -> None:

@@ -45,7 +45,7 @@ async def read_allocation(request: web.Request) -> Answer:
         raise NomadError(404, ALLOC_NOT_FOUND, index=index)
     if alloc.namespace != checked:  # it appeared while the request was parked
         await ctx.authorizer.check(who, READ_JOB, alloc.namespace)
-    return Answer(alloc.wire, index=index)
+    return Answer(alloc.wire, encoded=alloc.wire_json, index=index)
 
 
 ENDPOINTS = [Endpoint(f"/v1/allocation/{ALLOC_ID}", {"GET": read_allocation})]

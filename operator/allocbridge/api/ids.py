@@ -8,6 +8,7 @@ the text `alloc lookup failed: index error: <reason>`.
 
 from __future__ import annotations
 
+import re
 from typing import Final
 
 from allocbridge.api.errors import NomadError
@@ -15,6 +16,8 @@ from allocbridge.model.goformat import go_unicode
 
 _HEX: Final = frozenset(b"0123456789abcdefABCDEF")
 UUID_LENGTH: Final = 36
+#: What clients send nearly always: a canonical UUID, which decodes to itself.
+_CANONICAL: Final = re.compile(r"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}")
 
 
 class InvalidUUIDError(ValueError):
@@ -57,6 +60,8 @@ def parse_alloc_id(text: str) -> str | None:
 def parse_full_id(text: str, table: str) -> str | None:
     """`parse_alloc_id` for any of memdb's UUID-keyed tables (`alloc`, `eval`), named in the
     error."""
+    if _CANONICAL.fullmatch(text):
+        return text  # the decode below gives it back, at 10 times the cost
     try:
         digits = decode_uuid_text(text, full=True)
     except InvalidUUIDError as exc:
