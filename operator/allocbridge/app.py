@@ -206,7 +206,7 @@ class Replica:
         enable_stats(
             app,
             NodeStatsReader(lambda: self._credentials),
-            mhz_per_cpu=self.settings.kubernetes.mhz_per_cpu,
+            mhz_per_cpu=self.settings.kubernetes.pods.mhz_per_cpu,
         )
         app.on_response_prepare.append(self._close_connections_while_draining)
         return await _serve(app, listener, shutdown_timeout=IN_FLIGHT_TIMEOUT)

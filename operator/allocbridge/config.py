@@ -5,6 +5,10 @@ and blocks of our own (`kubernetes`, `acl`, `log`). Every mistake is collected (
 first) and reported with the file, the stanza, the field and what is allowed, so one run of
 `allocbridge check-config` shows everything to fix.
 
+Defaults have one home each: the settings dataclasses below (and `PodSettings` in
+`allocbridge.model.pods` for how pods are rendered, which the `kubernetes` block sets). The
+validator and `render` read them from there, never as literals of their own.
+
 The parser marks blocks (`explicit_blocks`), so `controller = { ... }` (an attribute) is told
 apart from `controller { ... }` and every value is type-checked before it is used: a mistake
 in the file's shape is a problem in the list, never a traceback.
@@ -13,16 +17,18 @@ in the file's shape is a problem in the list, never a traceback.
 from __future__ import annotations
 
 import ipaddress
+import json
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Literal, TypeVar
+from typing import Any, Final, Literal, TypeVar
 
 import hcl2
 from hcl2.utils import SerializationOptions
 from lark.exceptions import UnexpectedInput
 
 from allocbridge.model.durations import DurationError, format_go_duration, parse_duration_second
+from allocbridge.model.pods import PodSettings
 
 Purpose = Literal["api", "ops"]
 T = TypeVar("T")
@@ -38,7 +44,7 @@ _DURATION_FORMS = 'a Go duration like "10s" or "1m30s", a whole number of second
 class ControllerSettings:
     """The `controller` block; its presence (with both listeners) enables `/health`."""
 
-    name: str
+    name: str = "allocbridge"
     graceful_shutdown_wait: float | None = None  # seconds; None means no 503 phase
 
 
@@ -52,7 +58,7 @@ class ListenerSettings:
     tls_disable: bool = False
     tls_cert_file: str | None = None
     tls_key_file: str | None = None
-    tls_min_version: str = "tls12"
+    tls_min_version: str = TLS_VERSIONS[0]
 
     @property
     def address(self) -> str:
@@ -70,8 +76,8 @@ class KubernetesSettings:
     peering: str = "allocbridge"
     priority: int = 0
     standalone: bool = False  # no peering: this replica reconciles whatever others do
-    mhz_per_cpu: int = 1000
-    exec_image: str = "busybox:1.36"
+    #: How Allocations become pods: the fields of this block that PodSettings owns.
+    pods: PodSettings = field(default_factory=PodSettings)
 
 
 @dataclass(frozen=True)
@@ -254,7 +260,7 @@ class _Validator:
         block = self.fields(
             where, block, {"name", "description", "graceful_shutdown_wait_duration"}
         )
-        name = self.string(where, block, "name") or "allocbridge"
+        name = self.string(where, block, "name") or ControllerSettings.name
         wait: float | None = None
         raw_wait = block.get("graceful_shutdown_wait_duration")
         if raw_wait is not None:
@@ -346,10 +352,12 @@ class _Validator:
             return None
         checked: Purpose = "api" if purpose == "api" else "ops"
         host, port = self.address(where, block.get("address"), DEFAULT_PORTS[purpose])
-        tls_disable = self.boolean(where, block, "tls_disable", False)
+        tls_disable = self.boolean(where, block, "tls_disable", ListenerSettings.tls_disable)
         cert = self.string(where, block, "tls_cert_file")
         key = self.string(where, block, "tls_key_file")
-        min_version = self.string(where, block, "tls_min_version") or "tls12"
+        min_version = (
+            self.string(where, block, "tls_min_version") or ListenerSettings.tls_min_version
+        )
         if min_version not in TLS_VERSIONS:
             self.problem(
                 f"{where}: tls_min_version",
@@ -414,38 +422,118 @@ class _Validator:
 
     def kubernetes(self, block: Mapping[str, Any]) -> KubernetesSettings:
         where = "kubernetes block"
-        block = self.fields(
-            where,
-            block,
-            {
-                "kubeconfig",
-                "context",
-                "namespaces",
-                "peering",
-                "priority",
-                "standalone",
-                "mhz_per_cpu",
-                "exec_image",
-            },
-        )
+        block = self.fields(where, block, {*_KUBERNETES_FIELDS, *_POD_FIELDS})
         namespaces = block.get("namespaces", [])
         if not isinstance(namespaces, list) or not all(isinstance(n, str) for n in namespaces):
             self.problem(f"{where}: namespaces", "must be a list of namespace names")
             namespaces = []
-        mhz = self.integer(where, block, "mhz_per_cpu", 1000)
-        if mhz <= 0:
-            self.problem(f"{where}: mhz_per_cpu", "must be greater than 0")
         defaults = KubernetesSettings()
         return KubernetesSettings(
             kubeconfig=self.string(where, block, "kubeconfig"),
             context=self.string(where, block, "context"),
             namespaces=tuple(namespaces),
             peering=self.string(where, block, "peering") or defaults.peering,
-            priority=self.integer(where, block, "priority", 0),
-            standalone=self.boolean(where, block, "standalone", False),
-            mhz_per_cpu=mhz,
-            exec_image=self.string(where, block, "exec_image") or defaults.exec_image,
+            priority=self.integer(where, block, "priority", defaults.priority),
+            standalone=self.boolean(where, block, "standalone", defaults.standalone),
+            pods=self.pods(where, block),
         )
+
+    def pods(self, where: str, block: Mapping[str, Any]) -> PodSettings:
+        """The `kubernetes` block's pod fields, checked one by one (PodSettings would stop at
+        the first mistake); what is not set keeps PodSettings' default."""
+        defaults = PodSettings()
+        mhz = self.integer(where, block, "mhz_per_cpu", defaults.mhz_per_cpu)
+        if mhz <= 0:
+            self.problem(f"{where}: mhz_per_cpu", "must be greater than 0")
+            mhz = defaults.mhz_per_cpu
+        memory_factor = self.factor(where, block, "memory_limit_factor")
+        cpu_factor = self.factor(where, block, "cpu_limit_factor")
+        pull = self.string(where, block, "image_pull_policy")
+        if pull is not None and pull not in _PULL_POLICIES:
+            self.problem(
+                f"{where}: image_pull_policy",
+                f"unknown policy {pull!r}; allowed: {', '.join(_PULL_POLICIES)}",
+            )
+            pull = defaults.image_pull_policy
+        return PodSettings(
+            mhz_per_cpu=mhz,
+            cpu_limit_factor=cpu_factor,
+            memory_limit_factor=defaults.memory_limit_factor
+            if memory_factor is None
+            else memory_factor,
+            exec_image=self.string(where, block, "exec_image") or defaults.exec_image,
+            image_pull_policy=pull or defaults.image_pull_policy,
+            extra_labels=self.string_map(where, block, "pod_labels"),
+            extra_annotations=self.string_map(where, block, "pod_annotations"),
+            tolerations=self.tolerations(where, block),
+            node_selector=self.string_map(where, block, "node_selector"),
+            service_account_name=self.string(where, block, "service_account_name")
+            or defaults.service_account_name,
+            automount_service_account_token=self.boolean(
+                where,
+                block,
+                "automount_service_account_token",
+                defaults.automount_service_account_token,
+            ),
+            reserved_ports_as_host_ports=self.boolean(
+                where, block, "reserved_ports_as_host_ports", defaults.reserved_ports_as_host_ports
+            ),
+            task_dirs=self.boolean(where, block, "task_dirs", defaults.task_dirs),
+        )
+
+    def factor(self, where: str, block: Mapping[str, Any], key: str) -> float | None:
+        """A limit factor: a number of at least 1 (the limit is never below the request)."""
+        value = block.get(key)
+        if value is None:
+            return None
+        if isinstance(value, bool) or not isinstance(value, int | float):
+            self.problem(f"{where}: {key}", f"must be a number, got {value!r}")
+            return None
+        if value < 1:
+            self.problem(
+                f"{where}: {key}", "must be at least 1 (a limit is never below its request)"
+            )
+            return None
+        return float(value)
+
+    def string_map(self, where: str, block: Mapping[str, Any], key: str) -> dict[str, str]:
+        value = block.get(key, {})
+        if not isinstance(value, dict) or not all(
+            isinstance(k, str) and isinstance(v, str) for k, v in value.items()
+        ):
+            self.problem(f"{where}: {key}", 'must be a map of strings, like { team = "a" }')
+            return {}
+        return dict(value)
+
+    def tolerations(self, where: str, block: Mapping[str, Any]) -> tuple[dict[str, Any], ...]:
+        """Pod tolerations as Kubernetes spells them (`key`, `operator`, `value`, `effect`,
+        `tolerationSeconds`); the API server checks the rest when a pod is created."""
+        value = block.get("tolerations", [])
+        if not isinstance(value, list):
+            self.problem(f"{where}: tolerations", "must be a list of toleration objects")
+            return ()
+        out: list[dict[str, Any]] = []
+        for index, item in enumerate(value, start=1):
+            at = f"{where}: tolerations #{index}"
+            if not isinstance(item, dict) or not item:
+                self.problem(at, 'must be an object like { key = "gpu", operator = "Exists" }')
+                continue
+            unknown = sorted(set(item) - set(_TOLERATION_FIELDS))
+            if unknown:
+                allowed = ", ".join(_TOLERATION_FIELDS)
+                self.problem(at, f"unknown field {unknown[0]!r}; allowed: {allowed}")
+                continue
+            seconds = item.get("tolerationSeconds")
+            strings = {k: v for k, v in item.items() if k != "tolerationSeconds"}
+            if not all(isinstance(v, str) for v in strings.values()):
+                self.problem(at, "key, operator, value and effect must be strings")
+            elif seconds is not None and (
+                isinstance(seconds, bool) or not isinstance(seconds, int)
+            ):
+                self.problem(at, f"tolerationSeconds must be a whole number, got {seconds!r}")
+            else:
+                out.append(dict(item))
+        return tuple(out)
 
     def acl(self, block: Mapping[str, Any]) -> AclSettings:
         where = "acl block"
@@ -457,24 +545,53 @@ class _Validator:
             self.problem(f"{where}: audiences", "must be a list of non-empty audience names")
             audiences = []
         return AclSettings(
-            enabled=self.boolean(where, block, "enabled", True), audiences=tuple(audiences)
+            enabled=self.boolean(where, block, "enabled", AclSettings.enabled),
+            audiences=tuple(audiences),
         )
 
     def log(self, block: Mapping[str, Any]) -> LogSettings:
         where = "log block"
         block = self.fields(where, block, {"format", "level"})
-        fmt = self.string(where, block, "format") or "text"
+        fmt = self.string(where, block, "format") or LogSettings.format
         if fmt not in ("text", "json"):
             self.problem(f"{where}: format", f"unknown format {fmt!r}; allowed: text, json")
-            fmt = "text"
-        level = (self.string(where, block, "level") or "info").lower()
+            fmt = LogSettings.format
+        level = (self.string(where, block, "level") or LogSettings.level).lower()
         if level not in ("trace", "debug", "info", "warn", "warning", "error"):
             self.problem(
                 f"{where}: level",
                 f"unknown level {level!r}; allowed: trace, debug, info, warn, error",
             )
-            level = "info"
+            level = LogSettings.level
         return LogSettings(format="json" if fmt == "json" else "text", level=level)
+
+
+_KUBERNETES_FIELDS: Final = (
+    "kubeconfig",
+    "context",
+    "namespaces",
+    "peering",
+    "priority",
+    "standalone",
+)
+#: The `kubernetes` block's fields that set PodSettings (HCL name -> PodSettings field).
+_POD_FIELDS: Final = {
+    "mhz_per_cpu": "mhz_per_cpu",
+    "exec_image": "exec_image",
+    "cpu_limit_factor": "cpu_limit_factor",
+    "memory_limit_factor": "memory_limit_factor",
+    "image_pull_policy": "image_pull_policy",
+    "pod_labels": "extra_labels",
+    "pod_annotations": "extra_annotations",
+    "node_selector": "node_selector",
+    "tolerations": "tolerations",
+    "service_account_name": "service_account_name",
+    "automount_service_account_token": "automount_service_account_token",
+    "reserved_ports_as_host_ports": "reserved_ports_as_host_ports",
+    "task_dirs": "task_dirs",
+}
+_PULL_POLICIES: Final = ("Always", "IfNotPresent", "Never")
+_TOLERATION_FIELDS: Final = ("key", "operator", "value", "effect", "tolerationSeconds")
 
 
 def _unwrap(item: Any) -> tuple[tuple[str, ...], dict[str, Any]] | None:
@@ -568,8 +685,11 @@ def render(settings: Settings) -> str:
         f'  peering = "{k.peering}"',
         f"  priority = {k.priority}",
         f"  standalone = {str(k.standalone).lower()}",
-        f"  mhz_per_cpu = {k.mhz_per_cpu}",
-        f'  exec_image = "{k.exec_image}"',
+        *(
+            f"  {name} = {_hcl(value)}"
+            for name, attribute in _POD_FIELDS.items()
+            if (value := getattr(k.pods, attribute)) is not None
+        ),
         "}",
         "",
         "acl {",
@@ -580,3 +700,16 @@ def render(settings: Settings) -> str:
         f'log {{\n  format = "{settings.log.format}"\n  level = "{settings.log.level}"\n}}',
     ]
     return "\n".join(lines) + "\n"
+
+
+def _hcl(value: Any) -> str:
+    """A value as HCL writes it: strings quoted (JSON's escapes are HCL's), maps, lists."""
+    if isinstance(value, bool):
+        return str(value).lower()
+    if isinstance(value, str):
+        return json.dumps(value)
+    if isinstance(value, Mapping):
+        return "{" + ", ".join(f"{json.dumps(k)} = {_hcl(v)}" for k, v in value.items()) + "}"
+    if isinstance(value, tuple | list):
+        return "[" + ", ".join(_hcl(item) for item in value) + "]"
+    return str(value)

@@ -61,7 +61,8 @@ _NOMAD_REF: Final = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)\}")
 
 @dataclass(frozen=True)
 class PodSettings:
-    """Operator-wide choices for rendering pods (from the config file)."""
+    """Operator-wide choices for rendering pods, and the one home of their defaults (the
+    config file's `kubernetes` block sets them: `allocbridge.config`)."""
 
     #: Nomad MHz that make one Kubernetes CPU; requests are `cpu * 1000 / mhz_per_cpu` m.
     mhz_per_cpu: int = 1000
@@ -70,7 +71,7 @@ class PodSettings:
     #: Memory limit as a multiple of memoryMB when the task sets no memoryMaxMB.
     memory_limit_factor: float = 1.0
     #: Image in which `exec` and `raw_exec` tasks run `config.command`.
-    exec_image: str = "busybox:1.37"
+    exec_image: str = "busybox:1.36"
     image_pull_policy: str | None = None
     extra_labels: Mapping[str, str] = field(default_factory=dict)
     extra_annotations: Mapping[str, str] = field(default_factory=dict)

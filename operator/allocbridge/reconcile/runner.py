@@ -31,7 +31,6 @@ from allocbridge.model.pods import (
     LABEL_MANAGED_BY,
     MANAGED_BY,
     MANAGED_SELECTOR,
-    PodSettings,
     honours_container_restart_policies,
     owning_allocation,
 )
@@ -91,7 +90,7 @@ def build_registry(
     """
     registry = kopf.OperatorRegistry()
     state: dict[str, Any] = {}
-    pod_settings = PodSettings(mhz_per_cpu=settings.mhz_per_cpu, exec_image=settings.exec_image)
+    pod_settings = settings.pods
 
     @kopf.on.login(registry=registry)
     def login(**_: object) -> kopf.ConnectionInfo:
