@@ -96,17 +96,24 @@ async def wait_running(
 
 
 async def populate(
-    bench: Bench, count: int, namespaces: list[str], template: Json, *, concurrency: int = 48
+    bench: Bench,
+    count: int,
+    namespaces: list[str],
+    template: Json,
+    *,
+    start: int = 0,
+    concurrency: int = 48,
 ) -> float:
-    """Create `count` allocations spread over `namespaces`, each with its status written;
-    returns the seconds it took."""
+    """Create `count` allocations (numbered from `start`) spread over `namespaces`, each with
+    its status written; returns the seconds it took."""
     for namespace in namespaces:
         await bench.ensure_namespace(namespace)
     started = time.monotonic()
     done = 0
 
-    async def one(i: int) -> None:
+    async def one(n: int) -> None:
         nonlocal done
+        i = start + n
         namespace = namespaces[i % len(namespaces)]
         name = f"alloc-{i:05d}"
         created = await bench.api.post(

@@ -30,7 +30,9 @@ from benchmarks import (
     interactive,
     listing,
     paging,
+    reads,
     reconcile,
+    scale,
     writes,
 )
 from benchmarks.harness import (
@@ -57,6 +59,7 @@ from benchmarks.table import Report, Row, render_report
 
 DEFAULT_SECTIONS: Final = (
     "listing",
+    "reads",
     "paging",
     "blocking",
     "exec",
@@ -64,11 +67,13 @@ DEFAULT_SECTIONS: Final = (
     "reconcile",
     "footprint",
 )
-#: Every section; `writes` is a diagnostic of the reconciliation's API server work, run on request.
-SECTIONS: Final = (*DEFAULT_SECTIONS, "writes")
-STORE_SECTIONS: Final = frozenset({"listing", "paging", "blocking", "footprint"})
+#: Every section; on request only: `writes`, a diagnostic of the reconciliation's API server work,
+#: and `scale`, 50,000 allocations in one replica (creating them takes minutes).
+SECTIONS: Final = (*DEFAULT_SECTIONS, "writes", "scale")
+STORE_SECTIONS: Final = frozenset({"listing", "reads", "paging", "blocking", "footprint", "scale"})
 TITLES: Final = {
     "listing": listing.SECTION,
+    "reads": reads.SECTION,
     "paging": paging.SECTION,
     "blocking": blocking.SECTION,
     "exec": exec_stream.SECTION,
@@ -76,6 +81,7 @@ TITLES: Final = {
     "reconcile": reconcile.SECTION,
     "footprint": footprint.SECTION,
     "writes": writes.SECTION,
+    "scale": scale.SECTION,
 }
 EXEC_NS: Final = "bench-exec"
 INTERACTIVE_NS: Final = "bench-interactive"  # annotated: its pods go to the real node
@@ -94,6 +100,12 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     scale.add_argument("--blocking", type=int, default=1_000, help="parked blocking queries")
     scale.add_argument("--exec-mb", type=int, default=200, help="MiB written through exec")
     scale.add_argument("--reconcile", type=int, default=500, help="allocations reconciled")
+    scale.add_argument(
+        "--scale-allocations",
+        type=int,
+        default=50_000,
+        help="allocations the scale section grows the store to (--only scale)",
+    )
     timing = parser.add_argument_group("sampling")
     timing.add_argument("--samples", type=int, default=50, help="requests per latency series")
     timing.add_argument(
@@ -120,7 +132,8 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
         "--only",
         default=",".join(DEFAULT_SECTIONS),
         help=(
-            f"comma-separated sections to run (default: {','.join(DEFAULT_SECTIONS)}; also: writes)"
+            f"comma-separated sections to run (default: {','.join(DEFAULT_SECTIONS)}; "
+            "also: writes, scale)"
         ),
     )
     parser.add_argument("--state-dir", type=Path, help="control-plane state (default: a tmp dir)")
@@ -138,6 +151,7 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
         "blocking",
         "exec_mb",
         "reconcile",
+        "scale_allocations",
         "exec_runs",
         "keystrokes",
         "shell_sessions",
@@ -300,12 +314,28 @@ async def _store(
                 kubectl_samples=options.kubectl_samples,
             ),
         )
+    if "reads" in options.sections:
+        rows += await reads.measure(
+            bench, replica, namespaces[0], "alloc-00000", options.rps_seconds
+        )
     if "paging" in options.sections:
         rows += await paging.measure(
             bench, replica, count, paging.PagingOptions(options.per_page, options.walks)
         )
     await _no_pods(bench, namespaces)
     readings.peak = replica.peak_rss()
+    if "scale" in options.sections:
+        rows += await scale.measure(
+            bench,
+            replica,
+            namespaces,
+            template,
+            scale.ScaleOptions(options.scale_allocations, options.samples, options.series_budget),
+            already=count,
+            empty_rss=readings.empty[0],
+            apiserver_pid=apiserver,
+        )
+        await _no_pods(bench, namespaces)
     replica.stop()
     if "footprint" in options.sections:
         rows += footprint.rows(readings, count)

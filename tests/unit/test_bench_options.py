@@ -24,6 +24,15 @@ def test_defaults_are_the_issues_scale() -> None:
     assert "interactive" in options.sections
     assert options.sections == frozenset(DEFAULT_SECTIONS)
     assert "writes" not in options.sections  # a diagnostic, run on request only
+    assert "reads" in options.sections
+    assert "scale" not in options.sections  # minutes of creating allocations: on request
+    assert options.scale_allocations == 50_000
+
+
+def test_the_scale_section_runs_on_request() -> None:
+    options = parse_args(["--only", "footprint,scale", "--scale-allocations", "20000"])
+    assert options.sections == frozenset({"footprint", "scale"})
+    assert options.scale_allocations == 20_000
 
 
 def test_the_writes_diagnostic_runs_on_request() -> None:
@@ -43,6 +52,7 @@ def test_the_writes_diagnostic_runs_on_request() -> None:
         "--write-rounds",
         "--keystrokes",
         "--shell-sessions",
+        "--scale-allocations",
     ],
 )
 def test_a_count_below_one_is_refused_by_name(

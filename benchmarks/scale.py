@@ -1,0 +1,168 @@
+"""Scale: one replica's store at 50,000 allocations, beside the same replica at 10,000.
+
+Opt-in (`--only scale`, or added to `--only`): creating 40,000 more Allocations through the API
+server takes minutes, which the default run's 15-minute budget cannot hold. It runs on the
+store sections' standby replica once they are done, so it starts at `--allocations` (10,000):
+
+1. the full list's p50 (`GET /v1/allocations?namespace=*&task_states=false`, the listing
+   section's request, sequential, one connection) at 10,000;
+2. `--scale-allocations` minus those created the same way (status included), the replica's
+   store growing through its watch; its RSS then, and kube-apiserver's;
+3. the same list's p50 at 50,000: goal at most 5x the 10,000 figure;
+4. a restart: time from the process's spawn until `/health` says it serves from a synced store
+   (the initial list of every allocation), beside one raw kubernetes_asyncio list of the same
+   50,000 objects from the API server (what that initial list must at least wait for); then its
+   RSS. Goals: RSS at most 1 GB, and at most 15 KB per allocation (the RSS added over the empty
+   store's, read when the replica started).
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from typing import Final
+
+from benchmarks import listing
+from benchmarks.harness import Bench, Json, OperatorProcess, log, rss
+from benchmarks.population import populate, wait_listed
+from benchmarks.table import Row, below, mb, within
+from benchmarks.timing import Series, latency_series
+
+SECTION: Final = "Scale"
+RSS_GOAL_MB: Final = 1000.0
+PER_ALLOCATION_GOAL_KB: Final = 15.0
+LIST_GROWTH_GOAL: Final = 5.0
+READY_PATIENCE: Final = 900.0
+
+
+@dataclass(frozen=True)
+class ScaleOptions:
+    allocations: int  # the size to grow to
+    samples: int
+    series_budget: float
+
+
+@dataclass
+class Figures:
+    small: int
+    large: int
+    list_small: Series | None = None
+    list_large: Series | None = None
+    empty_rss: int = 0
+    live: tuple[int, int] = (0, 0)  # (operator, kube-apiserver) after growing
+    fresh: tuple[int, int] = (0, 0)  # after the restart
+    ready_seconds: float = 0.0
+    raw_list_seconds: float = 0.0
+    created_seconds: float = 0.0
+
+
+async def measure(
+    bench: Bench,
+    replica: OperatorProcess,
+    namespaces: list[str],
+    template: Json,
+    options: ScaleOptions,
+    *,
+    already: int,
+    empty_rss: int,
+    apiserver_pid: int,
+) -> list[Row]:
+    figures = Figures(small=already, large=max(options.allocations, already), empty_rss=empty_rss)
+    fetch = listing.ours(bench, replica)
+    log(f"scale: list p50 at {already:,}")
+    figures.list_small = await latency_series(
+        fetch, samples=options.samples, budget=options.series_budget
+    )
+    more = figures.large - already
+    log(f"scale: creating {more:,} more allocations (up to {figures.large:,})")
+    figures.created_seconds = await populate(
+        bench, more, namespaces, template, start=already, concurrency=64
+    )
+    await wait_listed(bench, replica.api, figures.large, patience=READY_PATIENCE)
+    figures.live = (replica.rss(), rss(apiserver_pid))
+    log(f"scale: list p50 at {figures.large:,}")
+    figures.list_large = await latency_series(
+        listing.ours(bench, replica), samples=options.samples, budget=options.series_budget
+    )
+    log("scale: one raw list of every allocation from the API server")
+    api = await listing.admin_client(bench)
+    try:
+        began = time.perf_counter()
+        await listing.raw_list(api)()
+        figures.raw_list_seconds = time.perf_counter() - began
+    finally:
+        await api.close()
+    log("scale: restarting the replica (initial list of every allocation)")
+    replica.stop()
+    began = time.perf_counter()
+    await replica.start(patience=READY_PATIENCE)
+    figures.ready_seconds = time.perf_counter() - began
+    await wait_listed(bench, replica.api, figures.large, patience=READY_PATIENCE)
+    figures.fresh = (replica.rss(), rss(apiserver_pid))
+    return rows(figures)
+
+
+def rows(f: Figures) -> list[Row]:
+    if f.list_small is None or f.list_large is None:
+        raise ValueError("the scale figures are incomplete")
+    large, small = f"{f.large:,}", f"{f.small:,}"
+    added = f.live[0] - f.empty_rss
+    per_allocation = added / max(f.large, 1) / 1000
+    apiserver_note = f"kube-apiserver {mb(f.live[1]):,.0f} MB"
+    return [
+        Row(
+            SECTION,
+            f"list all {large}: p50",
+            f.list_large.latencies.ms(50),
+            "ms",
+            f"the same list at {small}, same replica and client",
+            f.list_small.latencies.ms(50),
+            goals=(within(LIST_GROWTH_GOAL),),
+            note=(
+                f"n={f.list_large.latencies.n}/{f.list_small.latencies.n}; p99 "
+                f"{f.list_large.latencies.ms(99):,.1f} vs {f.list_small.latencies.ms(99):,.1f} "
+                f"ms; bodies {mb(f.list_large.body_bytes):.1f} MB vs "
+                f"{mb(f.list_small.body_bytes):.1f} MB"
+            ),
+        ),
+        Row(
+            SECTION,
+            f"operator RSS with {large} allocations (grown by the watch)",
+            mb(f.live[0]),
+            "MB",
+            "kube-apiserver RSS at the same moment",
+            mb(f.live[1]),
+            goals=(below(RSS_GOAL_MB, "MB"),),
+            note=f"{f.large - f.small:,} created in {f.created_seconds:.0f} s",
+        ),
+        Row(
+            SECTION,
+            f"operator RSS with {large} allocations (fresh start)",
+            mb(f.fresh[0]),
+            "MB",
+            "kube-apiserver RSS at the same moment",
+            mb(f.fresh[1]),
+            goals=(below(RSS_GOAL_MB, "MB"),),
+        ),
+        Row(
+            SECTION,
+            f"RSS per allocation at {large} (grown by the watch)",
+            per_allocation,
+            "KB",
+            goals=(below(PER_ALLOCATION_GOAL_KB, "KB"),),
+            note=(
+                f"{mb(added):,.0f} MB over the empty store's {mb(f.empty_rss):.0f} MB; "
+                f"{apiserver_note}"
+            ),
+        ),
+        Row(
+            SECTION,
+            f"time to first ready after a restart, {large} allocations",
+            f.ready_seconds,
+            "s",
+            f"one raw kubernetes_asyncio list of the same {large}",
+            f.raw_list_seconds,
+            note="no goal: from the process's spawn (Python's start included) until /health "
+            "reports a synced store",
+        ),
+    ]
