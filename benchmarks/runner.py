@@ -29,6 +29,7 @@ from benchmarks import (
     footprint,
     interactive,
     listing,
+    logstream,
     paging,
     reads,
     reconcile,
@@ -64,6 +65,7 @@ DEFAULT_SECTIONS: Final = (
     "blocking",
     "exec",
     "interactive",
+    "logs",
     "reconcile",
     "footprint",
 )
@@ -78,6 +80,7 @@ TITLES: Final = {
     "blocking": blocking.SECTION,
     "exec": exec_stream.SECTION,
     "interactive": interactive.SECTION,
+    "logs": logstream.SECTION,
     "reconcile": reconcile.SECTION,
     "footprint": footprint.SECTION,
     "writes": writes.SECTION,
@@ -85,6 +88,9 @@ TITLES: Final = {
 }
 EXEC_NS: Final = "bench-exec"
 INTERACTIVE_NS: Final = "bench-interactive"  # annotated: its pods go to the real node
+LOGS_NS: Final = "bench-logs"  # annotated too
+#: Sections that run on the real node.
+REAL_NODE_SECTIONS: Final = frozenset({"interactive", "logs"})
 RECONCILE_NS: Final = "bench-reconcile"
 LIST_NAMESPACES: Final = 4
 BUDGET_MINUTES: Final = 15
@@ -124,6 +130,10 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
         "--shell-sessions", type=int, default=10, help="shell sessions per side (interactive)"
     )
     timing.add_argument(
+        "--logs-mb", type=float, default=8.0, help="MB of the followed log (at most 9.5)"
+    )
+    timing.add_argument("--logs-runs", type=int, default=3, help="followed logs per side")
+    timing.add_argument(
         "--reconcile-rounds", type=int, default=3, help="reconciliation rounds per side"
     )
     timing.add_argument("--writes", type=int, default=500, help="writes of a kind (--only writes)")
@@ -146,6 +156,8 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     if unknown:
         parser.error(f"unknown sections {unknown}; choose from {', '.join(SECTIONS)}")
     options.sections = frozenset(chosen)
+    if not 0 < options.logs_mb <= 9.5:
+        parser.error("--logs-mb must be above 0 and at most 9.5 (kubelet rotates at 10 MiB)")
     for name in (
         "allocations",
         "blocking",
@@ -155,6 +167,7 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
         "exec_runs",
         "keystrokes",
         "shell_sessions",
+        "logs_runs",
         "reconcile_rounds",
         "samples",
         "walks",
@@ -167,7 +180,7 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
 
 
 async def run(options: argparse.Namespace, report: Report) -> None:
-    bench = Bench(options.state_dir, real_node="interactive" in options.sections)
+    bench = Bench(options.state_dir, real_node=bool(options.sections & REAL_NODE_SECTIONS))
     atexit.register(bench.stop_operators)
     rows: list[Row] = []
     try:
@@ -199,7 +212,9 @@ async def _with_reconciler(
     """Exec and reconciliation; returns their rows and the seed's status, which the store
     allocations copy."""
     rows: list[Row] = []
-    operator = bench.operator("reconciler", namespaces=(EXEC_NS, INTERACTIVE_NS, RECONCILE_NS))
+    operator = bench.operator(
+        "reconciler", namespaces=(EXEC_NS, INTERACTIVE_NS, LOGS_NS, RECONCILE_NS)
+    )
     log("starting a reconciling operator (standalone, ServiceAccount token, ACL on)")
     await operator.start()
     seed = await create_seed(bench, EXEC_NS, "seed")
@@ -227,6 +242,17 @@ async def _with_reconciler(
             report.notes.append(
                 f"Interactive exec was skipped: it runs on the real node, and {bench.no_real_node}."
             )
+    if "logs" in options.sections:
+        if bench.no_real_node is None:
+            size = logstream.log_bytes(options.logs_mb)
+            logs_target = await logstream.create_target(
+                bench, LOGS_NS, realnode.NAMESPACE_ANNOTATIONS, size
+            )
+            rows += await logstream.measure(bench, operator, logs_target, options.logs_runs)
+        else:
+            report.notes.append(
+                f"Logs were skipped: they are read on the real node, and {bench.no_real_node}."
+            )
     if "reconcile" in options.sections:
         rows += await reconcile.measure(
             bench, RECONCILE_NS, options.reconcile, options.reconcile_rounds, operator.pid
@@ -239,8 +265,9 @@ async def _with_reconciler(
     # Gone before the store sections: their replica must list exactly their allocations.
     await bench.api.delete(f"{collection(EXEC_NS)}/seed")
     await bench.api.delete(f"{collection(INTERACTIVE_NS)}/{interactive.NAME}")
-    await bench.api.wait_gone(collection(EXEC_NS), patience=120)
-    await bench.api.wait_gone(collection(INTERACTIVE_NS), patience=120)
+    await bench.api.delete(f"{collection(LOGS_NS)}/{logstream.NAME}")
+    for namespace in (EXEC_NS, INTERACTIVE_NS, LOGS_NS):
+        await bench.api.wait_gone(collection(namespace), patience=120)
     return rows, seed.get("status") or {}
 
 
