@@ -13,6 +13,22 @@ import uuid
 from allocbridge.actions.records import AllocationRecords, Target
 from allocbridge.cluster.errors import ConflictError
 from allocbridge.cluster.resources import Json
+from allocbridge.model.allocstatus import (
+    DESIRED_DESCRIPTION,
+    DESIRED_STATUS,
+    DESIRED_STOP,
+    DESIRED_TRANSITION,
+    EVAL_ID,
+    FOLLOWUP_EVAL_ID,
+    NEXT_ALLOCATION,
+    NODE_ID,
+    PREVIOUS_ALLOCATION,
+    RESCHEDULE_TRACKER,
+    STOP_AT,
+    DesiredTransition,
+    RescheduleEvent,
+    RescheduleTracker,
+)
 from allocbridge.model.errors import NomadError
 from allocbridge.model.spec import AllocationSpec
 from allocbridge.model.status import NS
@@ -25,7 +41,7 @@ class Stopping(AllocationRecords):
         """Stop and reschedule; returns (EvalID, index of the write)."""
         obj, spec = await self.load(target)
         status = obj.get("status") or {}
-        if status.get("desiredStatus") == "stop":
+        if status.get(DESIRED_STATUS) == DESIRED_STOP:
             raise NomadError(409, f'allocation "{target.alloc_id}" is already stopped')
         eval_id = str(uuid.uuid4())
         now = time.time_ns()
@@ -34,14 +50,16 @@ class Stopping(AllocationRecords):
         delay = 0.0 if no_shutdown_delay else _shutdown_delay(spec)
 
         def stop(status: Json, _obj: Json) -> None:
-            if status.get("desiredStatus") == "stop":
+            if status.get(DESIRED_STATUS) == DESIRED_STOP:
                 raise NomadError(409, f'allocation "{target.alloc_id}" is already stopped')
-            status["desiredStatus"] = "stop"
-            status["desiredDescription"] = "alloc was stopped by user request and rescheduled"
-            status["desiredTransition"] = {"migrate": True, "noShutdownDelay": no_shutdown_delay}
-            status["nextAllocation"] = new_id
-            status["followupEvalID"] = eval_id
-            status["stopAt"] = now + int(delay * NS)
+            status[DESIRED_STATUS] = DESIRED_STOP
+            status[DESIRED_DESCRIPTION] = "alloc was stopped by user request and rescheduled"
+            status[DESIRED_TRANSITION] = DesiredTransition(
+                migrate=True, noShutdownDelay=no_shutdown_delay
+            )
+            status[NEXT_ALLOCATION] = new_id
+            status[FOLLOWUP_EVAL_ID] = eval_id
+            status[STOP_AT] = now + int(delay * NS)
 
         written = await self.update(target, stop)
         return eval_id, int(written["metadata"]["resourceVersion"])
@@ -64,20 +82,16 @@ class Stopping(AllocationRecords):
             created = await self.kube.create_allocation(meta["namespace"], body)
         except ConflictError as exc:
             raise NomadError(409, "a replacement allocation exists already") from exc
-        tracker = status.get("rescheduleTracker") or {}
-        event = {
-            "prevAllocID": meta["uid"],
-            "prevNodeID": status.get("nodeID", ""),
-            "rescheduleTime": now,
-            "delay": 0,
-        }
+        tracker = status.get(RESCHEDULE_TRACKER) or {}
+        event = RescheduleEvent(
+            prevAllocID=meta["uid"], prevNodeID=status.get(NODE_ID, ""), rescheduleTime=now, delay=0
+        )
         link = {
-            "evalID": eval_id,
-            "previousAllocation": meta["uid"],
-            "rescheduleTracker": {
-                "events": [*tracker.get("events", []), event],
-                "lastReschedule": "ok",
-            },
+            EVAL_ID: eval_id,
+            PREVIOUS_ALLOCATION: meta["uid"],
+            RESCHEDULE_TRACKER: RescheduleTracker(
+                events=[*tracker.get("events", []), event], lastReschedule="ok"
+            ),
         }
         new = Target(meta["namespace"], created["metadata"]["name"], created["metadata"]["uid"])
         await self.update(new, lambda s, _o: s.update(link))

@@ -52,6 +52,7 @@ NODE_ID: Final = "nodeID"
 CREATE_INDEX: Final = "createIndex"
 CREATE_TIME: Final = "createTime"
 MODIFY_TIME: Final = "modifyTime"
+ALLOC_MODIFY_INDEX: Final = "allocModifyIndex"
 EVAL_ID: Final = "evalID"
 PREVIOUS_ALLOCATION: Final = "previousAllocation"
 NEXT_ALLOCATION: Final = "nextAllocation"
@@ -182,6 +183,7 @@ class AllocationStatus(TypedDict, total=False):
     createIndex: int
     createTime: int
     modifyTime: int
+    allocModifyIndex: int
     evalID: str
     previousAllocation: str
     nextAllocation: str

@@ -12,6 +12,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from allocbridge.model.allocstatus import NODE_ID, NODE_NAME
 from allocbridge.model.pods import kubelet_honours_container_restart_policies
 from allocbridge.model.status import parse_time_ns
 
@@ -65,6 +66,6 @@ def node_fields(
         return {}
     bound = bound_ns(pod)
     if known is not None and (bound is None or known.created_ns <= bound):
-        return {"nodeName": name, "nodeID": known.uid}
-    recorded = previous.get("nodeID", "") if previous.get("nodeName") == name else ""
-    return {"nodeName": name, "nodeID": str(recorded)}
+        return {NODE_NAME: name, NODE_ID: known.uid}
+    recorded = previous.get(NODE_ID, "") if previous.get(NODE_NAME) == name else ""
+    return {NODE_NAME: name, NODE_ID: str(recorded)}

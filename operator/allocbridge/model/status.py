@@ -5,8 +5,8 @@ that needs memory between calls (restart counts already seen, start times alread
 restart times inside the policy's interval) lives in the status itself, so any replica can take
 over reconciliation and a restarted operator continues where the last one stopped.
 
-Status keys are Kubernetes camelCase versions of Nomad's names (`taskStates.web.state`,
-`events[].displayMessage`); `allocbridge.model.wire` turns them into Nomad's PascalCase.
+The status's shape, key names and values belong to `allocbridge.model.allocstatus`;
+`allocbridge.model.wire` turns its camelCase keys into Nomad's PascalCase.
 
 The pod's life maps onto task states and events (container restarts as `Terminated` and
 `Restarting`, the group restart policy enforced on top of the kubelet's, leader and sidecar
@@ -20,18 +20,53 @@ from __future__ import annotations
 import datetime
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Unpack, cast
 
+from allocbridge.model.allocstatus import (
+    CLIENT_DESCRIPTION,
+    CLIENT_STATUS,
+    COMPLETE,
+    DESIRED_RUN,
+    DESIRED_STATUS,
+    DESIRED_STOP,
+    FAILED,
+    KILL_SENT,
+    LOST,
+    MAX_EVENTS,
+    OBSERVED,
+    PENDING,
+    POD_CREATED,
+    RECREATE_FOR,
+    RECREATE_KILL_SENT,
+    RECREATE_POD,
+    RESTART_TIMES,
+    RUNNING,
+    SEEN_EVENTS,
+    SEEN_EVENTS_UNTIL,
+    SEEN_FINISHED_AT,
+    SEEN_RESTART_COUNT,
+    SEEN_STARTED_AT,
+    START_AFTER,
+    STOP_AT,
+    TASK_DEAD,
+    TASK_PENDING,
+    TASK_RUNNING,
+    TASK_STATES,
+    TERMINAL,
+    USER_RESTARTS,
+    WAITING,
+    TaskBookkeeping,
+    TaskEvent,
+    TaskState,
+    task_event,
+)
 from allocbridge.model.spec import AllocationSpec, EffectiveRestartPolicy, Task
 
-MAX_EVENTS = 10
 #: Kubernetes Event UIDs remembered per allocation; older Events are covered by a time mark.
 MAX_SEEN_EVENTS = 50
 USER_RESTART = "User requested restart"
 WITHIN_POLICY = "Restart within policy"
 NS = 1_000_000_000
-
-PENDING, RUNNING, DEAD = "pending", "running", "dead"
 
 
 @dataclass(frozen=True)
@@ -94,13 +129,6 @@ def merge_patch(old: Mapping[str, Any], new: Mapping[str, Any]) -> dict[str, Any
     return patch
 
 
-def task_event(kind: str, time_ns: int, display: str, **fields: Any) -> dict[str, Any]:
-    """A Nomad task event in status form; empty fields are left out (the wire fills them)."""
-    event: dict[str, Any] = {"type": kind, "time": time_ns, "displayMessage": display}
-    event.update({k: v for k, v in fields.items() if v not in (None, "", 0, False, {})})
-    return event
-
-
 def _duration_text(seconds: float) -> str:
     if seconds >= 60 and seconds % 60 == 0:
         minutes = int(seconds // 60)
@@ -112,26 +140,26 @@ class _Tasks:
     """The task-state map being rebuilt, with helpers that keep the 10-event limit."""
 
     def __init__(self, previous: Mapping[str, Any], spec: AllocationSpec) -> None:
-        self.states: dict[str, dict[str, Any]] = {}
+        self.states: dict[str, TaskState] = {}
         for task in spec.tasks:
-            old = previous.get(task.name) or {}
-            self.states[task.name] = {
-                "state": old.get("state", PENDING),
-                "failed": old.get("failed", False),
-                "restarts": old.get("restarts", 0),
-                "startedAt": old.get("startedAt"),
-                "finishedAt": old.get("finishedAt"),
-                "lastRestart": old.get("lastRestart"),
-                "paused": old.get("paused", ""),
-                "events": list(old.get("events", [])),
-            }
+            old = cast(TaskState, previous.get(task.name) or {})
+            self.states[task.name] = TaskState(
+                state=old.get("state", TASK_PENDING),
+                failed=old.get("failed", False),
+                restarts=old.get("restarts", 0),
+                startedAt=old.get("startedAt"),
+                finishedAt=old.get("finishedAt"),
+                lastRestart=old.get("lastRestart"),
+                paused=old.get("paused", ""),
+                events=list(old.get("events", [])),
+            )
 
-    def add(self, task: str, event: dict[str, Any]) -> None:
+    def add(self, task: str, event: TaskEvent) -> None:
         events = self.states[task]["events"]
         events.append(event)
         del events[:-MAX_EVENTS]
 
-    def set(self, task: str, **values: Any) -> None:
+    def set(self, task: str, **values: Unpack[TaskState]) -> None:
         self.states[task].update(values)
 
     def state(self, task: str) -> str:
@@ -191,10 +219,10 @@ def initial_status(spec: AllocationSpec, now_ns: int) -> dict[str, Any]:
     for task in spec.tasks:
         tasks.add(task.name, task_event("Received", now_ns, "Task received by client"))
     return {
-        "clientStatus": "pending",
-        "clientDescription": "No tasks have started",
-        "desiredStatus": "run",
-        "taskStates": tasks.states,
+        CLIENT_STATUS: PENDING,
+        CLIENT_DESCRIPTION: "No tasks have started",
+        DESIRED_STATUS: DESIRED_RUN,
+        TASK_STATES: tasks.states,
     }
 
 
@@ -203,10 +231,10 @@ def validation_failed(
 ) -> dict[str, Any]:
     """Status for an allocation whose spec cannot run: every task dead with `Failed Validation`."""
     message = "; ".join(problems)
-    states: dict[str, Any] = {}
+    states: dict[str, TaskState] = {}
     for name in spec_tasks or ["task"]:
         states[name] = {
-            "state": DEAD,
+            "state": TASK_DEAD,
             "failed": True,
             "restarts": 0,
             "startedAt": None,
@@ -224,10 +252,10 @@ def validation_failed(
             ],
         }
     return {
-        "clientStatus": "failed",
-        "clientDescription": "Failed tasks",
-        "desiredStatus": "run",
-        "taskStates": states,
+        CLIENT_STATUS: FAILED,
+        CLIENT_DESCRIPTION: "Failed tasks",
+        DESIRED_STATUS: DESIRED_RUN,
+        TASK_STATES: states,
     }
 
 
@@ -263,29 +291,30 @@ class _Derivation:
         self.previous = previous
         self.now = now_ns
         self.status = dict(previous)
-        if not self.status.get("taskStates"):
+        if not self.status.get(TASK_STATES):
             self.status.update(initial_status(spec, now_ns))
-        self.tasks = _Tasks(self.status.get("taskStates", {}), spec)
-        self.observed: dict[str, Any] = {
-            name: dict(value) for name, value in (self.status.get("observed") or {}).items()
+        self.tasks = _Tasks(self.status.get(TASK_STATES, {}), spec)
+        self.observed: dict[str, TaskBookkeeping] = {
+            name: cast(TaskBookkeeping, dict(value))
+            for name, value in (self.status.get(OBSERVED) or {}).items()
         }
         self.policy = spec.restart_policy()
         self.decision = Decision(status=self.status)
-        self.terminal = previous.get("clientStatus") in ("complete", "failed", "lost")
-        self.stopping = self.status.get("desiredStatus") == "stop"
+        self.terminal = previous.get(CLIENT_STATUS) in TERMINAL
+        self.stopping = self.status.get(DESIRED_STATUS) == DESIRED_STOP
 
     def run(self, pod: Mapping[str, Any] | None, kube_events: Sequence[KubeEvent]) -> Decision:
         if pod is None:
             if self.stopping or self.terminal:
                 self.finish_killed()
-            elif self.status.get("recreatePod"):
+            elif self.status.get(RECREATE_POD):
                 self.recreated()
-            elif self.status.get("podCreated"):
+            elif self.status.get(POD_CREATED):
                 self.pod_vanished()
-            elif self.now < int(self.status.get("startAfter", 0)):
-                self.decision.requeue_after = (int(self.status["startAfter"]) - self.now) / NS
+            elif self.now < int(self.status.get(START_AFTER, 0)):
+                self.decision.requeue_after = (int(self.status[START_AFTER]) - self.now) / NS
             else:
-                self.status.pop("startAfter", None)
+                self.status.pop(START_AFTER, None)
                 self.decision.create_pod = True
                 for task in self.spec.tasks:
                     events = self.tasks.states[task.name]["events"]
@@ -296,34 +325,33 @@ class _Derivation:
             self.record_kube_events(kube_events)
             if self.stopping:
                 self.stop_pod()
-            elif self.status.get("recreatePod"):
+            elif self.status.get(RECREATE_POD):
                 self.recreate_pod()
             else:
                 self.enforce_leader()
 
         status = self.status
-        status["taskStates"] = self.tasks.states
-        status["observed"] = self.observed
+        status[TASK_STATES] = self.tasks.states
+        status[OBSERVED] = self.observed
         client_status, description = _client_status(self.spec, self.tasks, pod, self.stopping)
-        if self.terminal and client_status in ("pending", "running"):
-            client_status = self.previous["clientStatus"]
-            description = self.previous.get("clientDescription", "")
-        status["clientStatus"] = client_status
-        status["clientDescription"] = description
-        finished = client_status in ("complete", "failed") and not self.stopping
+        if self.terminal and client_status in (PENDING, RUNNING):
+            client_status = self.previous[CLIENT_STATUS]
+            description = self.previous.get(CLIENT_DESCRIPTION, "")
+        status[CLIENT_STATUS] = client_status
+        status[CLIENT_DESCRIPTION] = description
+        finished = client_status in (COMPLETE, FAILED) and not self.stopping
         if finished and pod is not None and self._any_task_alive():
             self.decision.delete_pod = True  # e.g. sidecars still running after the main tasks
         return self.decision
 
     def _any_task_alive(self) -> bool:
-        return any(self.tasks.state(t.name) != DEAD for t in self.spec.tasks)
+        return any(self.tasks.state(t.name) != TASK_DEAD for t in self.spec.tasks)
 
     def add(self, task: str, kind: str, display: str, time_ns: int = 0, **fields: Any) -> None:
         self.tasks.add(task, task_event(kind, time_ns or self.now, display, **fields))
 
-    def seen(self, task: str) -> dict[str, Any]:
-        seen: dict[str, Any] = self.observed.setdefault(task, {})
-        return seen
+    def seen(self, task: str) -> TaskBookkeeping:
+        return self.observed.setdefault(task, {})
 
     def follow_containers(self, pod: Mapping[str, Any]) -> None:
         statuses = _container_statuses(pod)
@@ -333,33 +361,36 @@ class _Derivation:
                 continue
             seen = self.seen(task.name)
             restart_count = int(container.get("restartCount", 0))
-            known = int(seen.get("restartCount", 0))
+            known = int(seen.get(SEEN_RESTART_COUNT, 0))
             if restart_count > known:
                 last = (container.get("lastState") or {}).get("terminated") or {}
                 for _ in range(restart_count - known):
                     self.restarted(task, last)
-                seen["restartCount"] = restart_count
+                seen[SEEN_RESTART_COUNT] = restart_count
                 # Kubernetes times have 1 s precision: a quick restart may keep `startedAt`.
-                seen.pop("startedAt", None)
+                seen.pop(SEEN_STARTED_AT, None)
             state = container.get("state") or {}
             if "running" in state:
                 started = parse_time_ns(state["running"].get("startedAt")) or self.now
-                if seen.get("startedAt") != started and self.tasks.state(task.name) != DEAD:
-                    seen["startedAt"] = started
-                    self.tasks.set(task.name, state=RUNNING, startedAt=rfc3339(started))
+                if (
+                    seen.get(SEEN_STARTED_AT) != started
+                    and self.tasks.state(task.name) != TASK_DEAD
+                ):
+                    seen[SEEN_STARTED_AT] = started
+                    self.tasks.set(task.name, state=TASK_RUNNING, startedAt=rfc3339(started))
                     self.add(task.name, "Started", "Task started by client", started)
             elif "terminated" in state:
                 policy = _restart_policy(pod, task.name, self.own_policies)
                 self.terminated(task, state["terminated"], policy)
-            elif "waiting" in state and self.tasks.state(task.name) != DEAD:
+            elif "waiting" in state and self.tasks.state(task.name) != TASK_DEAD:
                 self.waiting(task, state["waiting"])
 
     def waiting(self, task: Task, waiting: Mapping[str, Any]) -> None:
         seen = self.seen(task.name)
         reason = str(waiting.get("reason", ""))
-        if not reason or seen.get("waiting") == reason or reason == "ContainerCreating":
+        if not reason or seen.get(WAITING) == reason or reason == "ContainerCreating":
             return
-        seen["waiting"] = reason
+        seen[WAITING] = reason
         message = str(waiting.get("message") or reason)
         if reason in ("ErrImagePull", "ImagePullBackOff", "CreateContainerError"):
             self.add(task.name, "Driver Failure", message, driverError=message)
@@ -368,7 +399,7 @@ class _Derivation:
 
     def restarted(self, task: Task, last: Mapping[str, Any]) -> None:
         """One in-place container restart by the kubelet, checked against the group policy."""
-        if self.tasks.state(task.name) == DEAD:
+        if self.tasks.state(task.name) == TASK_DEAD:
             return  # the task has ended (completed, killed, failed): a rerun is not the task
         self.exited(task, last)
         seen = self.seen(task.name)
@@ -378,14 +409,14 @@ class _Derivation:
             return
         if _completes(task, int(last.get("exitCode", 0))):
             finished = parse_time_ns(last.get("finishedAt")) or self.now
-            self.tasks.set(task.name, state=DEAD, failed=False, finishedAt=rfc3339(finished))
+            self.tasks.set(task.name, state=TASK_DEAD, failed=False, finishedAt=rfc3339(finished))
             return
-        allowed, history = _restart_allowed(self.policy, seen.get("restartTimes", []), self.now)
+        allowed, history = _restart_allowed(self.policy, seen.get(RESTART_TIMES, []), self.now)
         if not allowed and self.policy.mode == "fail":
             self.not_restarting(task)
             self.decision.delete_pod = True
             return
-        seen["restartTimes"] = [*history, self.now]
+        seen[RESTART_TIMES] = [*history, self.now]
         reason = WITHIN_POLICY if allowed else "Exceeded allowed attempts, delaying"
         self.restarting(task, reason)
 
@@ -418,7 +449,9 @@ class _Derivation:
             startDelay=int(delay * NS),
         )
         restarts = int(self.tasks.states[task.name]["restarts"]) + 1
-        self.tasks.set(task.name, restarts=restarts, lastRestart=rfc3339(self.now), state=PENDING)
+        self.tasks.set(
+            task.name, restarts=restarts, lastRestart=rfc3339(self.now), state=TASK_PENDING
+        )
 
     def not_restarting(self, task: Task) -> None:
         policy = self.policy
@@ -427,81 +460,82 @@ class _Derivation:
             f'{_duration_text(policy.interval_seconds)} and mode is "{policy.mode}"'
         )
         self.add(task.name, "Not Restarting", message, restartReason=message, failsTask=True)
-        self.tasks.set(task.name, state=DEAD, failed=True, finishedAt=rfc3339(self.now))
+        self.tasks.set(task.name, state=TASK_DEAD, failed=True, finishedAt=rfc3339(self.now))
 
     def take_user_restart(self, task: Task) -> bool:
         """Whether a restart asked for through the API is pending for `task`; it is used up."""
         seen = self.seen(task.name)
-        if int(seen.get("userRestarts", 0)) <= 0:
+        if int(seen.get(USER_RESTARTS, 0)) <= 0:
             return False
-        seen["userRestarts"] = int(seen["userRestarts"]) - 1
+        seen[USER_RESTARTS] = int(seen[USER_RESTARTS]) - 1
         return True
 
     def terminated(self, task: Task, terminated: Mapping[str, Any], policy: str) -> None:
         """A container that stopped and has not run again (yet)."""
         finished = parse_time_ns(terminated.get("finishedAt")) or self.now
         seen = self.seen(task.name)
-        if seen.get("finishedAt") == finished or self.tasks.state(task.name) == DEAD:
+        if seen.get(SEEN_FINISHED_AT) == finished or self.tasks.state(task.name) == TASK_DEAD:
             return
         exit_code = int(terminated.get("exitCode", 0))
         if self.stopping:
             # The allocation is going away: the task ends, killed once the pod is deleted.
-            seen["finishedAt"] = finished
+            seen[SEEN_FINISHED_AT] = finished
             self.exited(task, terminated)
-            if self.status.get("killSent"):
+            if self.status.get(KILL_SENT):
                 self.add(task.name, "Killed", "Task successfully killed")
-            self.tasks.set(task.name, state=DEAD, failed=False, finishedAt=rfc3339(finished))
+            self.tasks.set(task.name, state=TASK_DEAD, failed=False, finishedAt=rfc3339(finished))
             return
-        if self.status.get("recreateKillSent"):
+        if self.status.get(RECREATE_KILL_SENT):
             # The pod is being replaced: `recreated` restarts every task.
-            seen["finishedAt"] = finished
+            seen[SEEN_FINISHED_AT] = finished
             self.exited(task, terminated)
             return
-        user = int(seen.get("userRestarts", 0)) > 0
+        user = int(seen.get(USER_RESTARTS, 0)) > 0
         if _kubelet_restarts(task, exit_code, policy) and (user or not _completes(task, exit_code)):
             return  # it runs again in place; the restart count will show it
-        seen["finishedAt"] = finished
+        seen[SEEN_FINISHED_AT] = finished
         self.exited(task, terminated)
         if self.take_user_restart(task):
             # Nomad restarts a task the user restarted whatever its exit code, but the kubelet
             # will not run this container again (exit 0 under OnFailure): a new pod runs it.
             self.restarting(task, USER_RESTART, delay=0.0)
-            self.status["recreatePod"] = True
-            self.status["recreateFor"] = task.name
+            self.status[RECREATE_POD] = True
+            self.status[RECREATE_FOR] = task.name
             return
-        self.tasks.set(task.name, state=DEAD, failed=exit_code != 0, finishedAt=rfc3339(finished))
+        self.tasks.set(
+            task.name, state=TASK_DEAD, failed=exit_code != 0, finishedAt=rfc3339(finished)
+        )
 
     def pod_vanished(self) -> None:
         """The pod of a running allocation disappeared: its tasks failed; restart per policy."""
-        live = [t for t in self.spec.tasks if self.tasks.state(t.name) != DEAD]
+        live = [t for t in self.spec.tasks if self.tasks.state(t.name) != TASK_DEAD]
         restart = bool(live)
         for task in live:
             seen = self.seen(task.name)
             self.exited(task, {"exitCode": 137, "message": "pod was deleted"})
-            allowed, history = _restart_allowed(self.policy, seen.get("restartTimes", []), self.now)
+            allowed, history = _restart_allowed(self.policy, seen.get(RESTART_TIMES, []), self.now)
             if not allowed and self.policy.mode == "fail":
                 self.not_restarting(task)
                 restart = False
                 continue
-            seen.clear()
-            seen["restartTimes"] = [*history, self.now]
+            self.observed[task.name] = {RESTART_TIMES: [*history, self.now]}
             self.restarting(task, "Pod was deleted")
         if restart:
             # The next pass (after the policy's delay) creates the new pod.
-            self.status["podCreated"] = False
-            self.status["startAfter"] = self.now + int(self.policy.delay_seconds * NS)
+            self.status[POD_CREATED] = False
+            self.status[START_AFTER] = self.now + int(self.policy.delay_seconds * NS)
             self.decision.requeue_after = self.policy.delay_seconds
 
     def stop_pod(self) -> None:
         """Desired status `stop`: after the shutdown delay, `Killing` and delete the pod."""
-        due = int(self.status.get("stopAt", 0))
+        due = int(self.status.get(STOP_AT, 0))
         if self.now < due:
             self.decision.requeue_after = (due - self.now) / NS
             return
-        if not self.status.get("killSent"):
-            self.status["killSent"] = True
+        if not self.status.get(KILL_SENT):
+            self.status[KILL_SENT] = True
             for task in self.spec.tasks:
-                if self.tasks.state(task.name) == DEAD:
+                if self.tasks.state(task.name) == TASK_DEAD:
                     continue
                 kill = task.kill_timeout_seconds
                 self.add(
@@ -515,17 +549,17 @@ class _Derivation:
 
     def recreate_pod(self) -> None:
         """Restart all tasks (prestart ones too): the pod is replaced, not failed."""
-        if not self.status.get("recreateKillSent"):
-            self.status["recreateKillSent"] = True
+        if not self.status.get(RECREATE_KILL_SENT):
+            self.status[RECREATE_KILL_SENT] = True
             self.decision.delete_pod = True
         else:
             self.decision.requeue_after = 0.5  # still terminating
 
     def recreated(self) -> None:
         """The pod removed for a restart is gone: every task starts over in a new one."""
-        counted = self.status.get("recreateFor")  # that task's restart was recorded at its exit
+        counted = self.status.get(RECREATE_FOR)  # that task's restart was recorded at its exit
         for task in self.spec.tasks:
-            self.seen(task.name).clear()
+            self.observed[task.name] = {}
             if task.name == counted:
                 continue
             reason = (
@@ -534,17 +568,17 @@ class _Derivation:
                 else "User requested all tasks to restart"
             )
             self.restarting(task, reason, delay=0.0)
-        for key in ("recreatePod", "recreateKillSent", "recreateFor"):
+        for key in (RECREATE_POD, RECREATE_KILL_SENT, RECREATE_FOR):
             self.status.pop(key, None)
-        self.status["podCreated"] = False
+        self.status[POD_CREATED] = False
         self.decision.create_pod = True
 
     def finish_killed(self) -> None:
         """The pod is gone on purpose (stop, or a failed allocation): live tasks are `Killed`."""
         for task in self.spec.tasks:
-            if self.tasks.state(task.name) != DEAD:
+            if self.tasks.state(task.name) != TASK_DEAD:
                 self.add(task.name, "Killed", "Task successfully killed")
-                self.tasks.set(task.name, state=DEAD, finishedAt=rfc3339(self.now))
+                self.tasks.set(task.name, state=TASK_DEAD, finishedAt=rfc3339(self.now))
 
     def enforce_leader(self) -> None:
         """A dead leader, or a failed task, stops the rest of the group; so does the end of
@@ -552,10 +586,12 @@ class _Derivation:
         spec, tasks = self.spec, self.tasks
         leader = spec.leader
         failed = [
-            t for t in spec.tasks if tasks.state(t.name) == DEAD and tasks.states[t.name]["failed"]
+            t
+            for t in spec.tasks
+            if tasks.state(t.name) == TASK_DEAD and tasks.states[t.name]["failed"]
         ]
-        live = [t for t in spec.tasks if tasks.state(t.name) != DEAD]
-        if leader is not None and tasks.state(leader.name) == DEAD:
+        live = [t for t in spec.tasks if tasks.state(t.name) != TASK_DEAD]
+        if leader is not None and tasks.state(leader.name) == TASK_DEAD:
             cause, display, sibling = "Leader Task Dead", "Leader Task in Group dead", ""
         elif failed:
             sibling = failed[0].name
@@ -567,7 +603,7 @@ class _Derivation:
         else:
             return
         for task in spec.tasks:
-            if tasks.state(task.name) == DEAD:
+            if tasks.state(task.name) == TASK_DEAD:
                 continue
             kill = task.kill_timeout_seconds
             if cause:
@@ -580,7 +616,7 @@ class _Derivation:
                 killReason=display,
             )
             self.add(task.name, "Killed", "Task successfully killed")
-            tasks.set(task.name, state=DEAD, finishedAt=rfc3339(self.now))
+            tasks.set(task.name, state=TASK_DEAD, finishedAt=rfc3339(self.now))
         self.decision.delete_pod = True
 
     def record_kube_events(self, events: Sequence[KubeEvent]) -> None:
@@ -591,9 +627,9 @@ class _Derivation:
         (`seenEventsUntil`) counts as seen, so a pod with more Events than that does not get
         its old ones again on every pass.
         """
-        remembered = list(self.status.get("seenEvents", []))
+        remembered = list(self.status.get(SEEN_EVENTS, []))
         seen_uids = set(remembered)
-        until = int(self.status.get("seenEventsUntil", 0))
+        until = int(self.status.get(SEEN_EVENTS_UNTIL, 0))
         times: dict[str, int] = {}
         for event in sorted(events, key=lambda e: e.time_ns):
             times[event.uid] = event.time_ns
@@ -615,9 +651,9 @@ class _Derivation:
             forgotten = remembered[:-MAX_SEEN_EVENTS]
             remembered = remembered[-MAX_SEEN_EVENTS:]
             until = max([until, *(times[uid] for uid in forgotten if uid in times)])
-            self.status["seenEventsUntil"] = until
+            self.status[SEEN_EVENTS_UNTIL] = until
         if remembered:
-            self.status["seenEvents"] = remembered
+            self.status[SEEN_EVENTS] = remembered
 
 
 def _client_status(
@@ -625,15 +661,15 @@ def _client_status(
 ) -> tuple[str, str]:
     """Nomad's ClientStatus and description from the task states and the pod phase."""
     if pod is not None and (pod.get("status") or {}).get("phase") == "Unknown":
-        return "lost", "The node of this allocation is not reporting"
+        return LOST, "The node of this allocation is not reporting"
     mains = [t for t in spec.tasks if t.hook != "prestart" or t.is_sidecar]
     states = [tasks.states[t.name] for t in mains]
-    if any(s["state"] == DEAD and s["failed"] for s in tasks.states.values()):
-        return "failed", "Failed tasks"
-    if all(s["state"] == DEAD for s in states):
+    if any(s["state"] == TASK_DEAD and s["failed"] for s in tasks.states.values()):
+        return FAILED, "Failed tasks"
+    if all(s["state"] == TASK_DEAD for s in states):
         if stopping:
-            return "complete", "All tasks have completed (stopped)"
-        return "complete", "All tasks have completed"
-    if any(s["state"] == RUNNING for s in states):
-        return "running", "Tasks are running"
-    return "pending", "No tasks have started"
+            return COMPLETE, "All tasks have completed (stopped)"
+        return COMPLETE, "All tasks have completed"
+    if any(s["state"] == TASK_RUNNING for s in states):
+        return RUNNING, "Tasks are running"
+    return PENDING, "No tasks have started"

@@ -18,6 +18,30 @@ from collections.abc import Mapping
 from typing import Any
 
 from allocbridge.model import jobs
+from allocbridge.model.allocstatus import (
+    ALLOC_MODIFY_INDEX,
+    CLIENT_DESCRIPTION,
+    CLIENT_STATUS,
+    CREATE_INDEX,
+    CREATE_TIME,
+    DESIRED_DESCRIPTION,
+    DESIRED_RUN,
+    DESIRED_STATUS,
+    DESIRED_TRANSITION,
+    EVAL_ID,
+    MODIFY_TIME,
+    NEXT_ALLOCATION,
+    NODE_ID,
+    NODE_NAME,
+    PENDING,
+    PREVIOUS_ALLOCATION,
+    RESCHEDULE_TRACKER,
+    RUNNING,
+    TASK_PENDING,
+    TASK_STATES,
+    RescheduleTracker,
+    TaskState,
+)
 from allocbridge.model.pods import probe_assignments
 from allocbridge.model.spec import AllocationSpec
 from allocbridge.model.status import parse_time_ns
@@ -95,9 +119,9 @@ def task_event(event: Mapping[str, Any]) -> Json:
     return out
 
 
-def task_state(state: Mapping[str, Any]) -> Json:
+def task_state(state: TaskState) -> Json:
     return {
-        "State": state.get("state", "pending"),
+        "State": state.get("state", TASK_PENDING),
         "Failed": bool(state.get("failed", False)),
         "Restarts": int(state.get("restarts", 0)),
         "LastRestart": state.get("lastRestart"),
@@ -109,7 +133,7 @@ def task_state(state: Mapping[str, Any]) -> Json:
     }
 
 
-def _reschedule_tracker(tracker: Mapping[str, Any] | None) -> Json | None:
+def _reschedule_tracker(tracker: RescheduleTracker | None) -> Json | None:
     if not tracker:
         return None
     return {
@@ -163,31 +187,31 @@ def allocation(
     alloc_id = str(meta["uid"])
     namespace = str(meta.get("namespace", "default"))
     modify_index = int(meta.get("resourceVersion", 0))
-    create_index = int(status.get("createIndex") or modify_index)
+    create_index = int(status.get(CREATE_INDEX) or modify_index)
     if pod is not None:
         # The pod's changes that show here (its address, its containers' readiness) are what
         # a Nomad client's updates are, and those move ModifyIndex: a blocking read waits on it.
         modify_index = max(modify_index, int((pod.get("metadata") or {}).get("resourceVersion", 0)))
-    create_time = int(status.get("createTime") or parse_time_ns(meta.get("creationTimestamp")) or 0)
+    create_time = int(status.get(CREATE_TIME) or parse_time_ns(meta.get("creationTimestamp")) or 0)
     raw_job = raw_spec.get("job") or {}
     raw_group = raw_spec.get("taskGroup") or {}
     ip = pod_ip(pod)
-    task_states = status.get("taskStates") or {}
+    task_states = status.get(TASK_STATES) or {}
     wire: Json = {
         "ID": alloc_id,
         "Namespace": namespace,
-        "EvalID": status.get("evalID") or eval_id(alloc_id),
+        "EvalID": status.get(EVAL_ID) or eval_id(alloc_id),
         "Name": spec.alloc_name
         if spec
         else f"{raw_job.get('id', '')}.{raw_group.get('name', '')}[{raw_group.get('index', 0)}]",
-        "NodeID": status.get("nodeID", ""),
-        "NodeName": status.get("nodeName", ""),
+        "NodeID": status.get(NODE_ID, ""),
+        "NodeName": status.get(NODE_NAME, ""),
         "JobID": raw_job.get("id", ""),
         "TaskGroup": raw_group.get("name", ""),
-        "DesiredStatus": status.get("desiredStatus", "run"),
-        "DesiredDescription": status.get("desiredDescription", ""),
+        "DesiredStatus": status.get(DESIRED_STATUS, DESIRED_RUN),
+        "DesiredDescription": status.get(DESIRED_DESCRIPTION, ""),
         "DesiredTransition": {
-            key: (status.get("desiredTransition") or {}).get(key[:1].lower() + key[1:])
+            key: (status.get(DESIRED_TRANSITION) or {}).get(key[:1].lower() + key[1:])
             for key in (
                 "Migrate",
                 "Reschedule",
@@ -196,15 +220,15 @@ def allocation(
                 "MigrateDisablePlacement",
             )
         },
-        "ClientStatus": status.get("clientStatus", "pending"),
-        "ClientDescription": status.get("clientDescription", ""),
+        "ClientStatus": status.get(CLIENT_STATUS, PENDING),
+        "ClientDescription": status.get(CLIENT_DESCRIPTION, ""),
         "TaskStates": {name: task_state(s) for name, s in task_states.items()} or None,
         "AllocStates": None,
-        "PreviousAllocation": status.get("previousAllocation", ""),
-        "NextAllocation": status.get("nextAllocation", ""),
+        "PreviousAllocation": status.get(PREVIOUS_ALLOCATION, ""),
+        "NextAllocation": status.get(NEXT_ALLOCATION, ""),
         "DeploymentID": "",
         "DeploymentStatus": None,
-        "RescheduleTracker": _reschedule_tracker(status.get("rescheduleTracker")),
+        "RescheduleTracker": _reschedule_tracker(status.get(RESCHEDULE_TRACKER)),
         "NetworkStatus": {"InterfaceName": "", "Address": ip, "DNS": None} if ip else None,
         "FollowupEvalID": "",
         "PreemptedAllocations": None,
@@ -212,9 +236,9 @@ def allocation(
         "Metrics": _metrics(raw_job),
         "CreateIndex": create_index,
         "ModifyIndex": modify_index,
-        "AllocModifyIndex": int(status.get("allocModifyIndex") or create_index),
+        "AllocModifyIndex": int(status.get(ALLOC_MODIFY_INDEX) or create_index),
         "CreateTime": create_time,
-        "ModifyTime": int(status.get("modifyTime") or create_time),
+        "ModifyTime": int(status.get(MODIFY_TIME) or create_time),
     }
     if spec is not None:
         ports = {p.label: p.value for p in spec.ports()}
@@ -268,8 +292,8 @@ def services(
     if (
         spec is None
         or not ip
-        or status.get("clientStatus") != "running"
-        or status.get("desiredStatus", "run") != "run"
+        or status.get(CLIENT_STATUS) != RUNNING
+        or status.get(DESIRED_STATUS, DESIRED_RUN) != DESIRED_RUN
         or _deleting(obj)
         or _deleting(pod)
     ):
@@ -292,13 +316,13 @@ def services(
                 {
                     "Address": ip,
                     "AllocID": alloc_id,
-                    "CreateIndex": int(status.get("createIndex") or index),
+                    "CreateIndex": int(status.get(CREATE_INDEX) or index),
                     "Datacenter": datacenter,
                     "ID": f"_nomad-task-{alloc_id}-{kind}-{owner}-{service.name}-{label}",
                     "JobID": spec.job.id,
                     "ModifyIndex": index,
                     "Namespace": meta.get("namespace", "default"),
-                    "NodeID": status.get("nodeID", ""),
+                    "NodeID": status.get(NODE_ID, ""),
                     "Port": port,
                     "ServiceName": service.name,
                     "Tags": list(service.tags),
@@ -334,7 +358,7 @@ def checks(
         for key in ("initContainerStatuses", "containerStatuses")
         for c in ((pod or {}).get("status") or {}).get(key) or []
     }
-    task_states = (obj.get("status") or {}).get("taskStates") or {}
+    task_states = (obj.get("status") or {}).get(TASK_STATES) or {}
     now = int((parse_time_ns(((pod or {}).get("status") or {}).get("startTime")) or 0) // 10**9)
     out: dict[str, Json] = {}
     for task, owned in owners:

@@ -29,6 +29,17 @@ from allocbridge.actions.lifecycle import Actions
 from allocbridge.cluster.errors import ConflictError, KubernetesError, NotFoundError
 from allocbridge.cluster.resources import Json, Kube
 from allocbridge.model import pods
+from allocbridge.model.allocstatus import (
+    CLIENT_STATUS,
+    CREATE_INDEX,
+    CREATE_TIME,
+    DESIRED_RUN,
+    DESIRED_STATUS,
+    FAILED,
+    POD_CREATED,
+    POD_NAME,
+    RECREATE_POD,
+)
 from allocbridge.model.placement import KnownNode, node_fields
 from allocbridge.model.spec import AllocationSpec
 from allocbridge.model.status import KubeEvent, derive, parse_time_ns, validation_failed
@@ -210,7 +221,7 @@ class Reconciler:
         bookkeeping = self._bookkeeping(alloc, previous, now)
         spec, problems = self._spec(alloc)
         if spec is None or problems:
-            if previous.get("clientStatus") != "failed":
+            if previous.get(CLIENT_STATUS) != FAILED:
                 names = [t.get("name", "task") for t in (alloc.get("spec") or {}).get("tasks", [])]
                 status = {**bookkeeping, **validation_failed(names, problems, now)}
                 await self.writes.write(alloc, written, status)
@@ -252,8 +263,8 @@ class Reconciler:
         if pod is not None:
             # Recorded from the pod that exists, not only when this pass created it: the write
             # of the pass that created it may have been held back and merged into this one.
-            status["podCreated"] = True
-            status["podName"] = name
+            status[POD_CREATED] = True
+            status[POD_NAME] = name
             status.update(node_fields(pod, node, previous))
 
         if decision.create_pod:
@@ -261,8 +272,8 @@ class Reconciler:
                 name=name, namespace=namespace, uid=meta["uid"], spec=spec, settings=self.settings
             )
             created = await self.kube.create_pod(namespace, body)
-            status["podCreated"] = True
-            status["podName"] = name
+            status[POD_CREATED] = True
+            status[POD_NAME] = name
             log.info(
                 "created pod" if created else "pod exists already",
                 extra={"allocation": f"{namespace}/{name}", "pod": name},
@@ -294,7 +305,7 @@ class Reconciler:
         """The allocation's pod as observed; read when memory may be behind (see the module
         docstring): on a pass after a (re-)list, or when a pod should exist but is not seen."""
         pod = self.observed.pod(key)
-        expected = previous.get("podCreated") or previous.get("recreatePod")
+        expected = previous.get(POD_CREATED) or previous.get(RECREATE_POD)
         if key not in self.verify and (pod is not None or not expected):
             return pod
         found = await self.kube.get_pod(*key)
@@ -323,16 +334,16 @@ class Reconciler:
         meta = alloc["metadata"]
         key = (meta["namespace"], meta["name"])
         out: Json = {}
-        if "createIndex" not in previous:
+        if CREATE_INDEX not in previous:
             # The version first observed, even if the write that records it is held back
             # while others write the object.
             first = self.first_versions.setdefault(key, int(meta["resourceVersion"]))
-            out["createIndex"] = first
-            out["createTime"] = parse_time_ns(meta.get("creationTimestamp")) or now
+            out[CREATE_INDEX] = first
+            out[CREATE_TIME] = parse_time_ns(meta.get("creationTimestamp")) or now
         else:
             self.first_versions.pop(key, None)
-        if "desiredStatus" not in previous:
-            out["desiredStatus"] = "run"
+        if DESIRED_STATUS not in previous:
+            out[DESIRED_STATUS] = DESIRED_RUN
         return out
 
     async def _known_node(self, pod: Json) -> KnownNode | None:

@@ -14,6 +14,16 @@ from allocbridge.actions.pause import Pausing
 from allocbridge.actions.records import Target
 from allocbridge.cluster.resources import Json
 from allocbridge.model import schedule as sched
+from allocbridge.model.allocstatus import (
+    DESIRED_STATUS,
+    DESIRED_STOP,
+    OBSERVED,
+    PAUSE_REFUSED,
+    PAUSED,
+    STATE,
+    TASK_RUNNING,
+    TASK_STATES,
+)
 from allocbridge.model.errors import NomadError
 from allocbridge.model.spec import AllocationSpec
 
@@ -28,7 +38,7 @@ async def follow_schedules(
 ) -> float | None:
     """Pause or resume running tasks whose cron window says so; seconds to the next check
     (None: no task has a schedule, or the allocation is stopping)."""
-    if status.get("desiredStatus") == "stop":
+    if status.get(DESIRED_STATUS) == DESIRED_STOP:
         return None
     meta = alloc["metadata"]
     target = Target(meta["namespace"], meta["name"], meta["uid"])
@@ -37,13 +47,13 @@ async def follow_schedules(
     for task in spec.tasks:
         if task.schedule is None:
             continue
-        state = (status.get("taskStates") or {}).get(task.name) or {}
+        state = (status.get(TASK_STATES) or {}).get(task.name) or {}
         next_check = min(next_check or MAX_CHECK_INTERVAL, sched.next_boundary(task.schedule, now))
-        if state.get("state") != "running":
+        if state.get(STATE) != TASK_RUNNING:
             continue
-        current = str(state.get("paused", ""))
+        current = str(state.get(PAUSED, ""))
         wanted = sched.settle(current, task.schedule, now)
-        refused = ((status.get("observed") or {}).get(task.name) or {}).get("pauseRefused")
+        refused = ((status.get(OBSERVED) or {}).get(task.name) or {}).get(PAUSE_REFUSED)
         if wanted in (current, refused):
             continue
         try:

@@ -29,6 +29,28 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from allocbridge.cluster.resources import Json, Kube
+from allocbridge.model.allocstatus import (
+    CLIENT_DESCRIPTION,
+    CLIENT_STATUS,
+    CREATE_INDEX,
+    CREATE_TIME,
+    DESIRED_RUN,
+    DESIRED_STATUS,
+    EVENTS,
+    MODIFY_TIME,
+    NODE_ID,
+    NODE_NAME,
+    OBSERVED,
+    PENDING,
+    POD_CREATED,
+    POD_NAME,
+    SEEN_EVENTS,
+    SEEN_EVENTS_UNTIL,
+    STATE,
+    TASK_PENDING,
+    TASK_STATES,
+    WAITING,
+)
 from allocbridge.model.status import KubeEvent, merge_patch
 from allocbridge.reconcile.observed import Observed
 from allocbridge.reconcile.queue import Key
@@ -52,20 +74,20 @@ FLUSH_TIMEOUT = 5.0
 #: Status keys (top level) whose changes alone need no immediate write; in `taskStates`, a
 #: task whose only change is new events needs none either.
 _INFORMATIONAL = frozenset(
-    {"nodeName", "nodeID", "seenEvents", "seenEventsUntil", "observed", "modifyTime"}
+    {NODE_NAME, NODE_ID, SEEN_EVENTS, SEEN_EVENTS_UNTIL, OBSERVED, MODIFY_TIME}
 )
 
 #: What the first write of a pending allocation may hold besides: its bookkeeping and the
 #: initial pending status, which is what the API shows for an allocation without a status.
 _FIRST = _INFORMATIONAL | {
-    "createIndex",
-    "createTime",
-    "desiredStatus",
-    "podCreated",
-    "podName",
-    "clientStatus",
-    "clientDescription",
-    "taskStates",
+    CREATE_INDEX,
+    CREATE_TIME,
+    DESIRED_STATUS,
+    POD_CREATED,
+    POD_NAME,
+    CLIENT_STATUS,
+    CLIENT_DESCRIPTION,
+    TASK_STATES,
 }
 
 
@@ -76,20 +98,20 @@ def urgent(patch: Mapping[str, Any], previous: Mapping[str, Any]) -> bool:
     status, is not urgent either: until it lands the API already shows it pending, and the
     CreateIndex it records is the object's version, which the API shows meanwhile.
     """
-    if not previous and "createIndex" in patch:
+    if not previous and CREATE_INDEX in patch:
         return not (
             set(patch) <= _FIRST
-            and patch.get("clientStatus", "pending") == "pending"
-            and patch.get("desiredStatus", "run") == "run"
+            and patch.get(CLIENT_STATUS, PENDING) == PENDING
+            and patch.get(DESIRED_STATUS, DESIRED_RUN) == DESIRED_RUN
             and all(
-                isinstance(task, Mapping) and task.get("state", "pending") == "pending"
-                for task in (patch.get("taskStates") or {}).values()
+                isinstance(task, Mapping) and task.get(STATE, TASK_PENDING) == TASK_PENDING
+                for task in (patch.get(TASK_STATES) or {}).values()
             )
         )
     for key, value in patch.items():
-        if key == "taskStates" and isinstance(value, Mapping):
+        if key == TASK_STATES and isinstance(value, Mapping):
             for task in value.values():
-                if not isinstance(task, Mapping) or set(task) - {"events"}:
+                if not isinstance(task, Mapping) or set(task) - {EVENTS}:
                     return True
         elif key not in _INFORMATIONAL:
             return True
@@ -102,12 +124,12 @@ def routine_start(
     """Whether `status` is the first write of an allocation that is starting without trouble:
     nothing written yet, still pending, no Warning Event about its pod and no task waiting for
     a reason (a pull error, a crash back-off)."""
-    if written or status.get("clientStatus", "pending") != "pending":
+    if written or status.get(CLIENT_STATUS, PENDING) != PENDING:
         return False
     if any(event.type != "Normal" for event in events):
         return False
-    seen = (status.get("observed") or {}).values()
-    return not any(isinstance(task, Mapping) and task.get("waiting") for task in seen)
+    seen = (status.get(OBSERVED) or {}).values()
+    return not any(isinstance(task, Mapping) and task.get(WAITING) for task in seen)
 
 
 class StatusWrites:
@@ -178,7 +200,7 @@ class StatusWrites:
                 self.schedule(key, since + patience - now)
                 return
         self.held.pop(key, None)
-        patch["modifyTime"] = time.time_ns()
+        patch[MODIFY_TIME] = time.time_ns()
         written = await self.kube.patch_allocation_status(
             meta["namespace"], meta["name"], patch, meta["resourceVersion"]
         )
