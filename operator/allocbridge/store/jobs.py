@@ -13,12 +13,11 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any, Final
 
+from allocbridge.model.allocstatus import TERMINAL  # a job with nothing else is `dead`
 from allocbridge.store.allocation import StoredAllocation
 
 Json = dict[str, Any]
 
-#: Client statuses that end an allocation; a job with nothing else is `dead`.
-TERMINAL: Final = frozenset({"complete", "failed", "lost"})
 #: `JobSummary` counter per allocation client status (Nomad's `TaskGroupSummary` fields).
 _SUMMARY_FIELD: Final = {
     "pending": "Starting",
