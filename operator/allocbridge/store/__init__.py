@@ -1,7 +1,9 @@
 """The watch-fed, in-memory view of allocations that every replica serves the API from.
 
 The store itself imports only `model` and `config`: no Kubernetes, no HTTP. `store.feed`, the
-watch that fills it, is the one module that talks to Kubernetes (through `cluster`).
+watch that fills it, is the one module that reads from Kubernetes, through the streams of
+`cluster.watch.ObjectWatches` (the client library stays inside `cluster`, checked by
+import-linter).
 """
 
 from allocbridge.store.allocation import StoredAllocation, stub_jsons
