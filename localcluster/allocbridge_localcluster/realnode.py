@@ -401,6 +401,9 @@ disabled_plugins = ["io.containerd.snapshotter.v1.btrfs", "io.containerd.snapsho
             "shutdownGracePeriod": "0s",
             "protectKernelDefaults": False,
             "registerWithTaints": [TAINT] if self._dedicated else [],
+            # The API server runs with it too (cluster.py): `nomad alloc logs -stderr` gets
+            # stderr alone; without it here, the kubelet refuses a log request naming a stream.
+            "featureGates": {"PodLogsQuerySplitStreams": True},
         }
         (folder / "config.yaml").write_text(yaml.safe_dump(config))
         self._spawn(
