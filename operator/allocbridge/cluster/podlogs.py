@@ -9,8 +9,10 @@ feature gate (alpha, off by default through 1.36). An API server without the gat
 parameter with 422 (`stream: Forbidden: may not be specified`); the reader then asks without it
 and reports `split=False`: the log holds both streams interleaved, as `kubectl logs` shows it.
 The answer is remembered for `RECHECK` seconds, so most requests make one call. Whether the
-kubelet honours the parameter is its own gate's business (a kubelet without it, and kwok,
-ignore it and send both streams).
+kubelet honours the parameter is its own gate's business: a 1.36 kubelet without it refuses
+the request (`Please enable PodLogsQuerySplitStreams feature gate in kubelet`), and the reader
+asks again without `stream` and reports `split=False`; kwok ignores the parameter and sends both
+streams.
 
 Closing the stream closes the connection, which ends the API server's request to the kubelet:
 a client that goes away ends the Kubernetes log stream with it.
@@ -35,6 +37,10 @@ from allocbridge.cluster.connection import Credentials
 
 log = logging.getLogger(__name__)
 
+#: Named in a kubelet's refusal of `stream` when its own gate is off (then the API server's
+#: answer is an error, not both streams); such a log is read whole, and nothing is remembered,
+#: as other nodes' kubelets may have the gate.
+KUBELET_GATE: Final = "PodLogsQuerySplitStreams"
 #: Seconds a verdict on split streams is trusted before it is asked again.
 RECHECK: Final = 300.0
 #: Bytes read from the API server at a time.
@@ -113,11 +119,16 @@ class PodLogReader:
             try:
                 if split and stream is not None:
                     response = await _get(api, path, [*query, ("stream", stream)])
-                    if response.status == 422 and "stream" in await _message(response):
+                    refusal = "" if response.status == 200 else await _message(response)
+                    if response.status == 422 and "stream" in refusal:
                         response.close()
                         response = None
                         split = False
                         self._split_checked = (False, time.monotonic())
+                    elif KUBELET_GATE in refusal:  # this pod's kubelet lacks the gate
+                        response.close()
+                        response = None
+                        split = False
                     elif response.status == 200:
                         self._split_checked = (True, time.monotonic())
                 if response is None:
