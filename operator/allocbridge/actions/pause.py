@@ -37,13 +37,6 @@ UNPAUSABLE = (
 class Pausing(InContainer):
     """The pause action: overrides through the API, schedule moves for the reconciler."""
 
-    async def pause_state(self, target: Target, task: str) -> str:
-        obj, spec = await self.load(target)
-        if spec.task(task) is None:
-            raise NomadError(404, "Task not found")
-        state = ((obj.get("status") or {}).get(TASK_STATES) or {}).get(task) or {}
-        return str(state.get(PAUSED, ""))
-
     async def set_pause(self, target: Target, task: str, request: str) -> int:
         """Apply an override; returns the index of the write."""
         if request not in sched.REQUESTS:
