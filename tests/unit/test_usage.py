@@ -12,7 +12,8 @@ from allocations_fixture import SAMPLE, sample_store
 from allocbridge.api.server import create_app
 from allocbridge.api.stats import enable_stats
 from allocbridge.auth import AllowAll
-from allocbridge.cluster.nodestats import NodeStatsReader, StatsError
+from allocbridge.cluster.errors import KubernetesError, UnavailableError, from_status
+from allocbridge.cluster.nodestats import NodeStatsReader
 from allocbridge.model.usage import alloc_usage, find_pod
 from allocbridge.store import AllocationStore
 from allocbridge.telemetry import Metrics
@@ -97,7 +98,9 @@ def test_unmeasured_fields_are_zero_and_not_measured() -> None:
 class Summaries(NodeStatsReader):
     """Answers each node's summary from a dict, or fails with `error`."""
 
-    def __init__(self, summary: dict[str, Any] | None, error: StatsError | None = None) -> None:
+    def __init__(
+        self, summary: dict[str, Any] | None, error: KubernetesError | None = None
+    ) -> None:
         super().__init__(lambda: None)
         self.document = summary
         self.error = error
@@ -148,13 +151,13 @@ async def test_the_endpoint_answers_from_the_nodes_summary() -> None:
 @pytest.mark.parametrize(
     ("error", "status"),
     [
-        (StatsError("the server could not find the requested resource", status=404), 501),
-        (StatsError("address not allowed", status=500), 501),
-        (StatsError("cannot reach the Kubernetes API for stats: refused"), 503),
-        (StatsError("forbidden", status=403), 500),
+        (from_status(404, "the server could not find the requested resource"), 501),
+        (from_status(500, "address not allowed"), 501),
+        (UnavailableError("cannot reach the Kubernetes API for stats: refused"), 503),
+        (from_status(403, "forbidden"), 500),
     ],
 )
-async def test_no_stats_is_a_5xx_that_says_why(error: StatsError, status: int) -> None:
+async def test_no_stats_is_a_5xx_that_says_why(error: KubernetesError, status: int) -> None:
     found, body = await stats_of(Summaries(None, error))
     assert found == status
     assert "node-1" in body and error.message in body

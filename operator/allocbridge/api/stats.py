@@ -26,7 +26,8 @@ from allocbridge.api.query import parse_query
 from allocbridge.api.routing import ALLOC_ID, Endpoint
 from allocbridge.api.targets import readable_allocation
 from allocbridge.auth import READ_JOB
-from allocbridge.cluster.nodestats import NodeStatsReader, StatsError
+from allocbridge.cluster.errors import KubernetesError, NotFoundError, UnavailableError
+from allocbridge.cluster.nodestats import NodeStatsReader
 from allocbridge.model.goformat import go_quote
 from allocbridge.model.usage import alloc_usage, find_pod
 
@@ -69,7 +70,7 @@ async def allocation_stats(request: web.Request) -> Answer:
         raise NomadError(503, "stats are not available: no Kubernetes stats reader")
     try:
         summary = await services.reader.summary(node)
-    except StatsError as exc:
+    except KubernetesError as exc:
         raise _stats_error(node, exc) from exc
     pod = find_pod(summary, alloc.namespace, alloc.object_name)
     if pod is None:
@@ -78,15 +79,15 @@ async def allocation_stats(request: web.Request) -> Answer:
     return Answer(usage)
 
 
-def _stats_error(node: str, exc: StatsError) -> NomadError:
-    if exc.status == 404:
+def _stats_error(node: str, exc: KubernetesError) -> NomadError:
+    if isinstance(exc, NotFoundError):
         return NomadError(501, f"node {node} serves no resource stats (/stats/summary): {exc}")
     if PROXY_REFUSED in exc.message:  # a node on a loopback address (the local cluster's kwok)
         return NomadError(
             501,
             f"node {node} serves no resource stats: the API server's node proxy refuses it ({exc})",
         )
-    if exc.status is None or exc.status in (502, 503, 504):
+    if isinstance(exc, UnavailableError):
         return NomadError(503, f"cannot read the stats of node {node}: {exc}")
     return NomadError(500, f"cannot read the stats of node {node}: {exc}")
 

@@ -2,8 +2,9 @@
 
 `GET /api/v1/nodes/<node>/proxy/stats/summary` reaches the kubelet's own stats endpoint (the
 source metrics-server reads), with the CPU and memory of every pod's containers. It needs the
-`nodes/proxy` get permission. kwok's fake nodes serve no summary: the proxy answers 404 there,
-which the caller reports as stats not being available rather than as an unknown allocation.
+`nodes/proxy` get permission. kwok's fake nodes serve no summary: the proxy answers 404 there
+(`NotFoundError`), which the caller reports as stats not being available rather than as an
+unknown allocation. Failures are `allocbridge.cluster.errors` types.
 """
 
 from __future__ import annotations
@@ -17,18 +18,10 @@ import aiohttp
 from kubernetes_asyncio import client
 
 from allocbridge.cluster.connection import Credentials
+from allocbridge.cluster.errors import NO_ANSWER, UnavailableError, from_status
 
 #: Seconds one summary may take (a busy kubelet answers in well under a second).
 TIMEOUT = 10.0
-
-
-class StatsError(Exception):
-    """No summary: `status` is the API server's HTTP status (None: not reached)."""
-
-    def __init__(self, message: str, *, status: int | None = None) -> None:
-        super().__init__(message)
-        self.message = message
-        self.status = status
 
 
 class NodeStatsReader:
@@ -43,12 +36,12 @@ class NodeStatsReader:
         if self._api is None:
             credentials = self._credentials()
             if credentials is None:
-                raise StatsError("the Kubernetes API has not been reached yet")
+                raise UnavailableError("the Kubernetes API has not been reached yet")
             self._api = client.ApiClient(configuration=credentials.configuration())
         return self._api
 
     async def summary(self, node: str) -> dict[str, Any]:
-        """The node's summary document; raises StatsError."""
+        """The node's summary document; raises a `KubernetesError`."""
         api = self._client()
         headers: dict[str, str] = {"Accept": "application/json"}
         await api.update_params_for_auth(headers, [], ["BearerToken"])
@@ -63,16 +56,16 @@ class NodeStatsReader:
                 timeout=aiohttp.ClientTimeout(total=TIMEOUT),
             ) as response:
                 body = await response.read()
-                if response.status != 200:
-                    raise StatsError(_text(body, response.status), status=response.status)
-        except (aiohttp.ClientError, OSError, TimeoutError) as exc:
-            raise StatsError(f"cannot reach the Kubernetes API for stats: {exc}") from exc
+        except NO_ANSWER as exc:
+            raise UnavailableError(f"cannot reach the Kubernetes API for stats: {exc}") from exc
+        if response.status != 200:
+            raise from_status(response.status, _text(body, response.status))
         try:
             document = json.loads(body)
         except ValueError as exc:
-            raise StatsError(f"the node's summary is not JSON: {exc}", status=502) from exc
+            raise UnavailableError(f"the node's summary is not JSON: {exc}", status=502) from exc
         if not isinstance(document, dict):
-            raise StatsError("the node's summary is not a JSON object", status=502)
+            raise UnavailableError("the node's summary is not a JSON object", status=502)
         return document
 
     async def close(self) -> None:
