@@ -1,5 +1,7 @@
-"""Following the pause schedules of running tasks: each pass moves a task into or out of its
-cron window (`allocbridge.model.schedule`) through the pause action, and says when to look again.
+"""Following the pause schedules of running tasks, on every reconcile pass.
+
+Each pass moves a task into or out of its cron window (`allocbridge.model.schedule`) through
+the pause action, and says when to look again.
 
 A move the task cannot make (its main process is a bare PID 1) is recorded once on the task
 (`refuse_pause`) and not tried again on every pass.
