@@ -533,24 +533,24 @@ def test_a_client_that_vanishes_mid_output_leaves_no_process_behind(
     """The client's TCP connection is reset (SO_LINGER 0, no close frame) while the command
     writes output and reads no stdin: containerd would keep such a command running for good,
     so the operator ends it (SIGHUP, then SIGKILL) through a second exec. The session count
-    drops once the operator has closed the Kubernetes stream, and the command and its child
-    are gone from the container, as `ps` there shows."""
+    drops once the operator has closed the Kubernetes stream, and the command is gone from
+    the container, as `ps` there shows."""
     from websockets.sync.client import connect
 
     marker = f"spin-{uuid.uuid4().hex[:8]}"
     command = ["sh", "-c", f"while :; do echo {marker}; sleep 0.05; done"]
     url = exec_url(operator, alloc.id, command=command, tty="true" if tty else "false")
-    ws = connect(url, open_timeout=30)
-    seen = b""
-    deadline = time.monotonic() + 30
-    while seen.count(marker.encode()) < 3 and time.monotonic() < deadline:
-        frame = json.loads(ws.recv(timeout=30))
-        seen += base64.b64decode((frame.get("stdout") or {}).get("data") or "")
-    assert seen.count(marker.encode()) >= 3, seen
-    assert operator.open_exec_sessions() == 1
-    assert marker in container_processes(kubectl, alloc)
-    ws.socket.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
-    ws.socket.close()  # a reset: the client is gone without a word
+    with connect(url, open_timeout=30) as ws:
+        seen = b""
+        deadline = time.monotonic() + 30
+        while seen.count(marker.encode()) < 3 and time.monotonic() < deadline:
+            frame = json.loads(ws.recv(timeout=30))
+            seen += base64.b64decode((frame.get("stdout") or {}).get("data") or "")
+        assert seen.count(marker.encode()) >= 3, seen
+        assert operator.open_exec_sessions() == 1
+        assert marker in container_processes(kubectl, alloc)
+        ws.socket.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+        ws.socket.close()  # a reset: the client is gone without a word
     vanished = time.monotonic()
     eventually(lambda: operator.open_exec_sessions() == 0, timeout=30, what="the session to end")
     eventually(

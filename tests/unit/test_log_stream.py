@@ -28,7 +28,8 @@ from allocbridge.api.logs import (
 )
 from allocbridge.api.server import create_app
 from allocbridge.auth import AllowAll, Caller, Capability, PermissionDeniedError
-from allocbridge.cluster.podlogs import LogError, PodLogReader, Stream
+from allocbridge.cluster.errors import KubernetesError, from_status
+from allocbridge.cluster.podlogs import ContainerWaitingError, PodLogReader, Stream
 from allocbridge.model.streamframes import (
     MAX_FRAME,
     LogWindow,
@@ -251,7 +252,7 @@ class FixedLog(PodLogReader):
     """Serves `log` (both streams, or split), or fails with `error`; records what it opened."""
 
     def __init__(
-        self, log: bytes = b"", *, split: bool = False, error: LogError | None = None
+        self, log: bytes = b"", *, split: bool = False, error: KubernetesError | None = None
     ) -> None:
         super().__init__(lambda: None)
         self.log = log
@@ -376,8 +377,9 @@ async def test_log_errors() -> None:
         )
     finally:
         await client.close()
-    waiting = LogError('container "server" in pod "p" is waiting to start', status=400)
-    for error, status in ((waiting, 404), (LogError("boom", status=500), 500)):
+    waiting = ContainerWaitingError('container "server" in pod "p" is waiting to start')
+    refused = from_status(403, "forbidden")
+    for error, status in ((waiting, 404), (refused, 500), (from_status(500, "boom"), 503)):
         client = await serve(FixedLog(error=error))
         try:
             found, body = await get(client, "task=server&type=stdout")

@@ -18,7 +18,8 @@ then `alloc-node-exec` too when the task's driver is `raw_exec`.
 
 Each session runs two pumps (client to pod, pod to client) and a heartbeat; whichever side ends
 first ends the other. A client that goes away ends the Kubernetes stream, which ends a process
-that reads stdin (see `cluster.podexec` for what Kubernetes cannot end). Writes
+that reads stdin; a command still running when its session ends (containerd keeps it) is ended
+in the background through a second exec (`cluster.leftovers`: SIGHUP, then SIGKILL). Writes
 to the client go through one lock. Open sessions are counted in `Lifecycle.active_sessions` and
 the `allocbridge_exec_sessions` gauge; on shutdown they are closed with 1001.
 
@@ -56,6 +57,7 @@ from allocbridge.auth import (
     PermissionDeniedError,
 )
 from allocbridge.auth import extract_token as header_token
+from allocbridge.cluster.leftovers import EndedSession, end_leftover
 from allocbridge.cluster.podexec import (
     Channel,
     ExecError,
@@ -179,6 +181,7 @@ class ExecServices:
     metrics: Metrics
     stopping: asyncio.Event = field(default_factory=asyncio.Event)
     sessions: set[asyncio.Future[None]] = field(default_factory=set)
+    leftovers: set[asyncio.Task[list[int]]] = field(default_factory=set)
 
     def opened(self) -> asyncio.Future[None]:
         done: asyncio.Future[None] = asyncio.get_running_loop().create_future()
@@ -186,6 +189,12 @@ class ExecServices:
         self.lifecycle.active_sessions += 1
         self.metrics.exec_sessions.set(self.lifecycle.active_sessions)
         return done
+
+    def end_leftover(self, session: EndedSession) -> None:
+        """End, in the background, the command a session left running (`cluster.leftovers`)."""
+        task = asyncio.create_task(end_leftover(self.executor, session))
+        self.leftovers.add(task)
+        task.add_done_callback(self.leftovers.discard)
 
     def closed(self, done: asyncio.Future[None]) -> None:
         self.sessions.discard(done)
@@ -215,7 +224,12 @@ async def _close_sessions(app: web.Application) -> None:
 
 
 async def _close_executor(app: web.Application) -> None:
-    await app[EXEC].executor.close()
+    services = app[EXEC]
+    if services.leftovers:
+        await asyncio.wait(set(services.leftovers), timeout=SHUTDOWN_WAIT)
+        for task in services.leftovers:
+            task.cancel()
+    await services.executor.close()
 
 
 # --- The endpoint ------------------------------------------------------------------------------
@@ -345,6 +359,18 @@ async def _session(request: web.Request, client: _ClientSocket, services: ExecSe
             finally:
                 seconds = round(time.monotonic() - started, 3)
                 log.info("exec session closed", extra={**where, "seconds": seconds})
+                if not stream.exited:  # the client left or the server stops: end the command
+                    services.end_leftover(
+                        EndedSession(
+                            namespace,
+                            pod,
+                            task,
+                            tuple(command),
+                            stream.asked_at,
+                            stream.first_output_at,
+                            time.monotonic(),
+                        )
+                    )
     except ExecError as exc:
         if exc.status in (400, 404):  # the pod or its container is gone or not running
             log.debug("Kubernetes refused the exec", extra={"error": exc.message})

@@ -41,7 +41,8 @@ from allocbridge.auth import (
     READ_FS,
     READ_LOGS,
 )
-from allocbridge.cluster.podlogs import LogError, PodLogReader, Stream
+from allocbridge.cluster.errors import KubernetesError, NotFoundError, UnavailableError
+from allocbridge.cluster.podlogs import ContainerWaitingError, PodLogReader, Stream
 from allocbridge.model.goformat import go_quote
 from allocbridge.model.streamframes import (
     BATCH_WINDOW,
@@ -218,7 +219,7 @@ class _LogSource:
                     yield None
                 else:
                     yield opened.chunks()
-        except LogError as exc:
+        except KubernetesError as exc:
             raise _log_error(container, exc) from exc
 
     async def size(self) -> int:
@@ -231,12 +232,12 @@ class _LogSource:
         return total
 
 
-def _log_error(task: str, exc: LogError) -> NomadError:
-    if exc.waiting:
+def _log_error(task: str, exc: KubernetesError) -> NomadError:
+    if isinstance(exc, ContainerWaitingError):
         return not_started(task)
-    if exc.status == 404:
+    if isinstance(exc, NotFoundError):
         return NomadError(404, f"no logs available for task {go_quote(task)}: {exc.message}")
-    if exc.status is None:
+    if isinstance(exc, UnavailableError):  # no answer, or Kubernetes' own fault: try again
         return NomadError(503, exc.message)
     return NomadError(500, f"cannot read the logs of task {go_quote(task)}: {exc.message}")
 

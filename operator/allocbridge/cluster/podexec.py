@@ -17,9 +17,10 @@ exit code N too. Any other failure (container not found, runtime error) is an `E
 
 There is no kill in the exec API: closing a stream early half-closes stdin (v5) and drops the
 connection, which ends a process that reads its stdin (EOF). On a real kubelet with containerd
-a process that does not read stdin runs on until it ends by itself, its output discarded, as
-after `kubectl exec` (the runtime keeps reading its output pipe). kwok, the scale tests' fake
-kubelet, never closes an exec'd process's stdin, and ends a process only through its output.
+a process that does not read stdin runs on, its output discarded, as after `kubectl exec` (the
+runtime keeps reading its output pipe); `cluster.leftovers` ends it through a second exec.
+kwok, the scale tests' fake kubelet, never closes an exec'd process's stdin, and ends a
+process only through its output.
 """
 
 from __future__ import annotations
@@ -31,6 +32,7 @@ import json
 import logging
 import re
 import socket
+import time
 from collections.abc import AsyncGenerator, AsyncIterator, Callable, Sequence
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
@@ -53,6 +55,8 @@ PROTOCOLS: Final = (PROTOCOL_V5, PROTOCOL_V4)
 MAX_MESSAGE: Final = 8 * 1024 * 1024
 #: aiohttp pings the API server this often and drops a connection that stops answering.
 HEARTBEAT: Final = 30.0
+#: Seconds a short command (`PodExecutor.run`) may take.
+RUN_TIMEOUT: Final = 30.0
 
 _GO_EXIT_STATUS: Final = re.compile(r"exit status (\d+)\s*$")
 _WRAPPERS: Final = ("Internal error occurred: ", "error executing command in container: ")
@@ -161,9 +165,15 @@ class ExecStream:
     """One exec session on the Kubernetes side. Writes go through one lock, so stdin, resize
     and the close signal never interleave or overtake each other."""
 
-    def __init__(self, ws: aiohttp.ClientWebSocketResponse, protocol: str) -> None:
+    def __init__(
+        self, ws: aiohttp.ClientWebSocketResponse, protocol: str, asked_at: float = 0.0
+    ) -> None:
         self._ws = ws
         self.protocol = protocol
+        #: When the session was asked for and when its first output came (time.monotonic()):
+        #: the process started between them (`cluster.leftovers` finds it by that).
+        self.asked_at = asked_at
+        self.first_output_at: float | None = None
         self._stdin_closed = False
         self._exited = False  # the status arrived: the process is gone
         self._write_lock = asyncio.Lock()
@@ -175,6 +185,11 @@ class ExecStream:
                 await self._ws.send_bytes(message)
             except (aiohttp.ClientError, ConnectionError) as exc:
                 log.debug("exec stream write failed", extra={"error": str(exc)})
+
+    @property
+    def exited(self) -> bool:
+        """The exit status arrived: the process is gone."""
+        return self._exited
 
     @property
     def can_close_stdin(self) -> bool:
@@ -210,6 +225,8 @@ class ExecStream:
                 continue
             if channel in (Channel.STDOUT, Channel.STDERR):
                 if payload:
+                    if self.first_output_at is None:
+                        self.first_output_at = time.monotonic()
                     yield Output(Channel(channel), payload)
             elif channel == Channel.STATUS:
                 self._exited = True
@@ -273,6 +290,7 @@ class PodExecutor:
         stdin and stdout are always attached, stderr unless `tty` (a terminal merges it).
         """
         api = self._client()
+        asked_at = time.monotonic()
         query = [
             *(("command", part) for part in command),
             ("container", container),
@@ -290,7 +308,7 @@ class PodExecutor:
             ) from exc
         except (aiohttp.ClientError, OSError) as exc:
             raise ExecError(f"cannot reach the Kubernetes API for exec: {exc}") from exc
-        stream = ExecStream(ws, ws.protocol or "")
+        stream = ExecStream(ws, ws.protocol or "", asked_at)
         try:
             if stream.protocol not in PROTOCOLS:
                 raise ExecError(f"Kubernetes chose no supported exec protocol ({ws.protocol!r})")
@@ -299,6 +317,28 @@ class PodExecutor:
             yield stream
         finally:
             await stream.close()
+
+    async def run(
+        self, namespace: str, pod: str, container: str, command: Sequence[str]
+    ) -> tuple[int, bytes]:
+        """Run a short command to its end, without stdin or a terminal: its exit code and
+        stdout (stderr is dropped). ExecError as `open` raises it, or when it outlives
+        `RUN_TIMEOUT`."""
+        stdout = bytearray()
+        try:
+            async with (
+                asyncio.timeout(RUN_TIMEOUT),
+                self.open(namespace, pod, container, command, tty=False) as stream,
+            ):
+                await stream.close_stdin()
+                async for event in stream.events():
+                    if isinstance(event, Output) and event.channel == Channel.STDOUT:
+                        stdout += event.data
+                    elif isinstance(event, Exited):
+                        return event.exit_code, bytes(stdout)
+        except TimeoutError:
+            raise ExecError(f"{command[0]} did not end within {RUN_TIMEOUT:.0f}s") from None
+        raise ExecError("the Kubernetes exec stream ended without an exit status")
 
     async def close(self) -> None:
         if self._api is not None:

@@ -34,6 +34,13 @@ import aiohttp
 from kubernetes_asyncio import client
 
 from allocbridge.cluster.connection import Credentials
+from allocbridge.cluster.errors import (
+    NO_ANSWER,
+    KubernetesError,
+    RefusedError,
+    UnavailableError,
+    from_status,
+)
 
 log = logging.getLogger(__name__)
 
@@ -49,19 +56,16 @@ READ_SIZE: Final = 64 * 1024
 Stream = Literal["Stdout", "Stderr"]
 
 
-class LogError(Exception):
-    """Kubernetes would not serve the log. `status` is its HTTP status (None: not reached);
-    `message` its text (the `message` of a `Status` body when there is one)."""
+class ContainerWaitingError(RefusedError):
+    """The container has not started yet: no log (the kubelet's 400 `... is waiting to start`).
+    Other failures to serve a log are the `allocbridge.cluster.errors` kinds of the answer."""
 
-    def __init__(self, message: str, *, status: int | None = None) -> None:
-        super().__init__(message)
-        self.message = message
-        self.status = status
 
-    @property
-    def waiting(self) -> bool:
-        """The container has not started yet (the kubelet's 400 `... is waiting to start`)."""
-        return self.status == 400 and "waiting to start" in self.message
+def _refusal(status: int, message: str) -> KubernetesError:
+    """The error for the API server's answer `status` to a log request."""
+    if status == 400 and "waiting to start" in message:
+        return ContainerWaitingError(message, status=status)
+    return from_status(status, message)
 
 
 @dataclass
@@ -93,7 +97,7 @@ class PodLogReader:
         if self._api is None:
             credentials = self._credentials()
             if credentials is None:
-                raise LogError("the Kubernetes API has not been reached yet", status=None)
+                raise UnavailableError("the Kubernetes API has not been reached yet")
             configuration = credentials.configuration()
             configuration.connection_pool_maxsize = 0  # each follower holds a connection
             self._api = client.ApiClient(configuration=configuration)
@@ -134,9 +138,9 @@ class PodLogReader:
                 if response is None:
                     response = await _get(api, path, query)
                 if response.status != 200:
-                    raise LogError(await _message(response), status=response.status)
-            except (aiohttp.ClientError, OSError) as exc:
-                raise LogError(f"cannot reach the Kubernetes API for logs: {exc}") from exc
+                    raise _refusal(response.status, await _message(response))
+            except NO_ANSWER as exc:
+                raise UnavailableError(f"cannot reach the Kubernetes API for logs: {exc}") from exc
             yield LogStream(response, split)
         finally:
             if response is not None:
