@@ -365,6 +365,19 @@ class LocalCluster:
         if name == "kube-apiserver":
             self._wait(self._api_ready, "kube-apiserver /readyz")
 
+    def restart_apiserver(self) -> None:
+        """Stop kube-apiserver and start it again in place (same port, flags and etcd), as a
+        control-plane restart does; returns once it is ready."""
+        self.stop_component("kube-apiserver")
+        self.start_component("kube-apiserver")
+
+    def restart_etcd(self) -> None:
+        """Stop etcd and start it again on its data directory and ports; returns once the API
+        server, which keeps running and reconnects, is ready (its /readyz checks etcd)."""
+        self.stop_component("etcd")
+        self.start_component("etcd")
+        self._wait(self._api_ready, "kube-apiserver /readyz after etcd's restart")
+
     def _component(self, name: str) -> ManagedProcess:
         found = next((p for p in self._procs if p.name == name), None)
         if found is None:
