@@ -28,6 +28,7 @@ from aiohttp import web
 
 from allocbridge.actions.lifecycle import Actions, ActionsSlot
 from allocbridge.api.exec import enable_exec
+from allocbridge.api.fs import enable_fs
 from allocbridge.api.logs import enable_logs
 from allocbridge.api.server import create_app as create_api_app
 from allocbridge.api.stats import enable_stats
@@ -36,6 +37,7 @@ from allocbridge.auth.kubernetes import KubernetesAuthorizer
 from allocbridge.cluster.connection import Credentials
 from allocbridge.cluster.nodestats import NodeStatsReader
 from allocbridge.cluster.podexec import PodExecutor
+from allocbridge.cluster.podfs import PodFiles
 from allocbridge.cluster.podlogs import PodLogReader
 from allocbridge.cluster.resources import Kube
 from allocbridge.cluster.upstream import UpstreamMonitor
@@ -201,7 +203,9 @@ class Replica:
         app = create_api_app(
             self.metrics, store=self.store, authorizer=self.authorizer, actions=self.actions
         )
-        enable_exec(app, PodExecutor(lambda: self._credentials), self.lifecycle, self.metrics)
+        executor = PodExecutor(lambda: self._credentials)
+        enable_exec(app, executor, self.lifecycle, self.metrics)
+        enable_fs(app, PodFiles(executor))  # shares exec's client (exec closes it)
         enable_logs(app, PodLogReader(lambda: self._credentials))
         enable_stats(
             app,

@@ -18,10 +18,11 @@ What the replica changes, and why:
   current result as a wait that ran out does. Parsing and validation are untouched.
 - Exec is left out: after its 101 the conversation is WebSocket frames, which an HTTP fuzzer
   cannot speak (test_exec_properties.py drives it instead).
-- `/v1/client/fs/` and `.../stats` are left out while their endpoints are being written: they
-  answer 400 for a task the allocation does not have, as Nomad does, which the positive-data
-  check counts as a rejected valid request, and stats needs a Kubernetes stats reader this
-  replica lacks (503); their owner adds them here with what they allow.
+- `/v1/client/fs/` (logs, stat, ls, cat, readat, stream) and `.../stats` are left out: they
+  need a running container (its log, an exec into it) or the node's stats, which this replica
+  has no Kubernetes to reach (503), and they answer 400 for a task or path the allocation does
+  not have, as Nomad does, which the positive-data check counts as a rejected valid request.
+  tests/cluster/test_alloc_logs.py, test_alloc_fs.py and test_stats.py drive them instead.
 
 docs/reliability.md says what the run found and what the document now promises.
 """

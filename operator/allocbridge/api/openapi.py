@@ -447,6 +447,17 @@ def _schemas() -> Json:
         },
         "JobListStub": _job_stub(),
         "AllocResourceUsage": _alloc_usage(),
+        "AllocFileInfo": {
+            "type": "object",
+            "properties": {
+                "Name": _STRING,
+                "IsDir": _BOOL,
+                "Size": _INT,
+                "FileMode": {**_STRING, "description": "Go's FileMode string, e.g. -rw-r--r--"},
+                "ModTime": {**_STRING, "format": "date-time"},
+                "ContentType": {**_STRING, "description": "Stat only"},
+            },
+        },
         "StreamFrame": {
             "type": "object",
             "description": "One of the frames written back to back; `{}` is a heartbeat",
@@ -605,6 +616,27 @@ def _parameters() -> Json:
             "Where `offset` counts from",
         ),
         "eval_id": _param("eval_id", "path", _UUID, "A full evaluation ID", required=True),
+        "fs_path": _param(
+            "path", "query", _NAME, "Path in the allocation directory", required=True
+        ),
+        "fs_dir": _param(
+            "path", "query", _STRING, "Directory in the allocation directory (default `/`)"
+        ),
+        "fs_offset": _param(
+            "offset",
+            "query",
+            {"type": "integer", "minimum": 0, "maximum": 2**63 - 1},
+            "Bytes to skip (from the start, or for `origin=end` back from the end)",
+        ),
+        "fs_limit": _param(
+            "limit",
+            "query",
+            {"type": "integer", "minimum": -(2**63), "maximum": 2**63 - 1},
+            "Most bytes to read (0 or negative: to the end)",
+        ),
+        "fs_follow": _param(
+            "follow", "query", _GO_BOOL, "Keep streaming what is appended (default true)"
+        ),
     }
 
 
@@ -679,6 +711,69 @@ def _exec() -> Json:
                 **_errors("400", "403", "405"),
             },
         }
+    }
+
+
+def _fs_paths() -> Json:
+    """`alloc fs`: read inside the task's container (docs/nomad-cli.md has the mapping)."""
+    acl = (
+        "ACL: read-fs. Not blocking. Read inside the task's container (alloc/ in a running "
+        "task's); 409 when it is not running. "
+    )
+    common = [_ref("parameters", "namespace")]
+    raw = {
+        "description": "The file's bytes",
+        "content": {
+            "text/plain": {"schema": _STRING},
+            "application/octet-stream": {"schema": _STRING},
+        },
+    }
+    info = _ref("schemas", "AllocFileInfo")
+    errors = _errors("400", "403", "404", "405", "409", "500", "503")
+
+    def get(summary: str, description: str, params: list[str], ok: Json) -> Json:
+        parameters = [_ref("parameters", "alloc_id"), *(_ref("parameters", p) for p in params)]
+        return {
+            "get": {
+                "summary": summary,
+                "description": acl + description,
+                "parameters": [*parameters, *common],
+                "responses": {"200": ok, **errors},
+            }
+        }
+
+    return {
+        "/v1/client/fs/stat/{alloc_id}": get(
+            "Stat a path of the allocation directory",
+            "404 for a missing path; 400 for a path escaping the directory.",
+            ["fs_path", "pretty"],
+            _ok("AllocFileInfo", info, meta=False),
+        ),
+        "/v1/client/fs/ls/{alloc_id}": get(
+            "List a directory of the allocation directory",
+            "Entries as lstat sees them (a symlink is listed as one).",
+            ["fs_dir", "pretty"],
+            _ok("AllocFileInfo list", {"type": "array", "items": info}, meta=False),
+        ),
+        "/v1/client/fs/cat/{alloc_id}": get(
+            "Read a whole file", "403 under <task>/secrets.", ["fs_path"], raw
+        ),
+        "/v1/client/fs/readat/{alloc_id}": get(
+            "Read `limit` bytes of a file from `offset`",
+            "403 under <task>/secrets.",
+            ["fs_path", "fs_offset", "fs_limit"],
+            raw,
+        ),
+        "/v1/client/fs/stream/{alloc_id}": get(
+            "Stream a file as Nomad's frames, following it by default",
+            "JSON StreamFrame objects back to back (`File` is the path as asked), `{}` "
+            "heartbeats each second while a followed file is idle.",
+            ["fs_path", "fs_follow", "fs_offset", "origin"],
+            {
+                "description": "Frames",
+                "content": {"application/json": {"schema": _ref("schemas", "StreamFrame")}},
+            },
+        ),
     }
 
 
@@ -931,6 +1026,7 @@ def _paths() -> Json:
                 },
             }
         },
+        **_fs_paths(),
         "/v1/jobs": {
             "get": {
                 "summary": "List the jobs named by allocations (read only; the CLI's -job forms)",

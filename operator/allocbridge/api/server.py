@@ -14,7 +14,8 @@ Write endpoints slot in as modules of their own, each exporting `ENDPOINTS`, app
 `_ENDPOINT_MODULES` below (before the fall-throughs): `stop` (`/v1/allocation/:id/stop`),
 `signal`, `restart`, `pause` and `exec` (`/v1/client/allocation/:id/...`). `evaluation` answers
 what the CLI follows after a stop; `jobs` is the read-only jobs view the CLI's `-job` forms use;
-`logs` streams a task's log (`/v1/client/fs/logs/:id`) and `stats` reads the tasks' usage.
+`logs` streams a task's log (`/v1/client/fs/logs/:id`), `fs` reads the allocation directory
+(`/v1/client/fs/stat|ls|cat|readat|stream/:id`) and `stats` reads the tasks' usage.
 """
 
 from __future__ import annotations
@@ -31,6 +32,7 @@ from allocbridge.api import (
     checks,
     evaluation,
     exec,
+    fs,
     jobs,
     logs,
     nodes,
@@ -65,6 +67,7 @@ _ENDPOINT_MODULES: Final[Sequence[Sequence[Endpoint]]] = (
     evaluation.ENDPOINTS,
     jobs.ENDPOINTS,
     logs.ENDPOINTS,
+    fs.ENDPOINTS,
     stats.ENDPOINTS,
     openapi.ENDPOINTS,
 )
