@@ -57,10 +57,11 @@ from allocbridge.auth import (
     PermissionDeniedError,
 )
 from allocbridge.auth import extract_token as header_token
+from allocbridge.cluster.errors import KubernetesError, NotFoundError
 from allocbridge.cluster.leftovers import EndedSession, end_leftover
 from allocbridge.cluster.podexec import (
     Channel,
-    ExecError,
+    ContainerNotRunningError,
     ExecStream,
     Exited,
     Output,
@@ -371,10 +372,10 @@ async def _session(request: web.Request, client: _ClientSocket, services: ExecSe
                             time.monotonic(),
                         )
                     )
-    except ExecError as exc:
-        if exc.status in (400, 404):  # the pod or its container is gone or not running
-            log.debug("Kubernetes refused the exec", extra={"error": exc.message})
-            raise _CloseError(POLICY_VIOLATION, f"task {go_quote(task)} is not running.") from None
+    except (NotFoundError, ContainerNotRunningError) as exc:  # the pod or container is gone
+        log.debug("Kubernetes refused the exec", extra={"error": exc.message})
+        raise _CloseError(POLICY_VIOLATION, f"task {go_quote(task)} is not running.") from None
+    except KubernetesError as exc:
         raise _CloseError(INTERNAL_ERROR, exc.message) from None
 
 
@@ -462,7 +463,7 @@ async def _pump(
         await asyncio.gather(*tasks, return_exceptions=True)
     if _finished(to_client):
         try:
-            to_client.result()  # raises ExecError when the stream failed
+            to_client.result()  # raises a KubernetesError when the stream failed
         except _ClientGoneError:
             return
         await client.close(int(WSCloseCode.OK))

@@ -168,7 +168,7 @@ def _error(exc: FsError, location: allocfs.Location, container: str) -> NomadErr
             f"the container of task {go_quote(container)} lacks a tool alloc fs runs "
             f"(sh, realpath, stat, head, tail, cat): {exc.message}",
         )
-    if exc.code is None and exc.status in (400, 404):  # the container stopped meanwhile
+    if exc.not_running:  # the container stopped meanwhile
         return NomadError(409, f"task {go_quote(container)} is not running.")
     return NomadError(500, f"cannot read files of task {go_quote(container)}: {exc.message}")
 

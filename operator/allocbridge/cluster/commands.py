@@ -18,7 +18,7 @@ from kubernetes_asyncio import client
 from kubernetes_asyncio.stream import WsApiClient
 
 from allocbridge.cluster.errors import NO_ANSWER, KubernetesError, from_status, unreachable
-from allocbridge.cluster.podexec import ExecError, exit_code_from_status
+from allocbridge.cluster.podexec import ExecError, exit_code_from_status, refused_exec
 
 STDOUT, STDERR, STATUS = 1, 2, 3
 COMMAND_TIMEOUT = 30.0  # seconds; these are short commands such as `kill`
@@ -34,8 +34,8 @@ class CommandResult:
 class CommandError(KubernetesError):
     """The exec started but the command could not be run (no such binary, the container
     ended under it, ...). An exec the API server refuses raises the `RefusedError` of its
-    answer instead (`NotFoundError`: the pod is gone; `RefusedError` for a 400: its container
-    is not running, e.g. restarting); one it does not answer, `UnavailableError`."""
+    answer instead (`NotFoundError`: the pod is gone; `ContainerNotRunningError`, a 400: its
+    container is not running, e.g. restarting); one it does not answer, `UnavailableError`."""
 
 
 async def run_command(
@@ -50,7 +50,7 @@ async def run_command(
     try:
         return await _run(configuration, namespace, pod, container, argv)
     except aiohttp.WSServerHandshakeError as exc:
-        raise from_status(
+        raise refused_exec(
             exc.status, f"the API server refused the exec: {exc.status} {exc.message}"
         ) from exc
     except client.ApiException as exc:

@@ -22,7 +22,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Final
 
-from allocbridge.cluster.podexec import ExecError, PodExecutor
+from allocbridge.cluster.errors import KubernetesError
+from allocbridge.cluster.podexec import PodExecutor
 from allocbridge.model.leftovers import (
     SCAN_COMMAND,
     Scan,
@@ -61,8 +62,8 @@ async def end_leftover(executor: PodExecutor, session: EndedSession) -> list[int
     where = {"container": f"{session.namespace}/{session.pod}/{session.container}"}
     try:
         return await _end(executor, session, where)
-    except (ExecError, ScanError) as exc:
-        text = exc.message if isinstance(exc, ExecError) else str(exc)
+    except (KubernetesError, ScanError) as exc:
+        text = exc.message if isinstance(exc, KubernetesError) else str(exc)
         log.warning("the command a gone exec client left could not be ended: %s", text, extra=where)
     return []
 

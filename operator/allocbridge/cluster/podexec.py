@@ -13,7 +13,8 @@ Exit codes come from the status message on channel 3: `Success` is 0, a `NonZero
 failure carries the code as the `ExitCode` cause. Runtimes that wrap Go's `exec.ExitError`
 instead of returning it (kwok, which plays the kubelet in the local control plane, does) report
 a non-zero exit as an `InternalError` whose text ends with Go's `exit status N`; that is read as
-exit code N too. Any other failure (container not found, runtime error) is an `ExecError`.
+exit code N too. Any other failure (runtime error, a broken stream) is an `ExecError`; an exec
+the API server refuses is the `allocbridge.cluster.errors` kind of its answer (`refused_exec`).
 
 There is no kill in the exec API: closing a stream early half-closes stdin (v5) and drops the
 connection, which ends a process that reads its stdin (EOF). On a real kubelet with containerd
@@ -43,6 +44,13 @@ import aiohttp
 from kubernetes_asyncio import client
 
 from allocbridge.cluster.connection import Credentials
+from allocbridge.cluster.errors import (
+    NO_ANSWER,
+    KubernetesError,
+    RefusedError,
+    UnavailableError,
+    from_status,
+)
 
 log = logging.getLogger(__name__)
 
@@ -71,17 +79,22 @@ class Channel(enum.IntEnum):
     CLOSE = 255  # v5: `[255, channel]` half-closes that channel
 
 
-class ExecError(Exception):
-    """The exec could not start or ended without an exit code.
+class ExecError(KubernetesError):
+    """The exec started but failed: ended without an exit code, a broken stream, an unusable
+    answer. (Refused: `NotFoundError`, `ContainerNotRunningError`, ...; no answer:
+    `UnavailableError`.)"""
 
-    `status` is the HTTP status of a refused upgrade (None otherwise); 4xx means the request
-    named something that does not exist or cannot run, anything else is a fault.
-    """
 
-    def __init__(self, message: str, *, status: int | None = None) -> None:
-        super().__init__(message)
-        self.message = message
-        self.status = status
+class ContainerNotRunningError(RefusedError):
+    """The API server's 400 to an exec: the container is not running (ended, restarting) or
+    not there."""
+
+
+def refused_exec(status: int, message: str) -> KubernetesError:
+    """The error for the API server's refusal, with HTTP `status`, of an exec upgrade."""
+    if status == 400:
+        return ContainerNotRunningError(message, status=status)
+    return from_status(status, message)
 
 
 @dataclass(frozen=True)
@@ -274,7 +287,7 @@ class PodExecutor:
         if self._api is None:
             credentials = self._credentials()
             if credentials is None:
-                raise ExecError("the Kubernetes API has not been reached yet")
+                raise UnavailableError("the Kubernetes API has not been reached yet")
             configuration = credentials.configuration()
             # Every open session holds a connection: no pool limit that would queue silently.
             configuration.connection_pool_maxsize = 0
@@ -303,11 +316,11 @@ class PodExecutor:
             path = f"/api/v1/namespaces/{quote(namespace, safe='')}/pods/{quote(pod, safe='')}/exec"
             ws = await _connect(api, path, query, self._protocols)
         except aiohttp.WSServerHandshakeError as exc:
-            raise ExecError(
-                f"Kubernetes refused the exec: {exc.status} {exc.message}", status=exc.status
+            raise refused_exec(
+                exc.status, f"Kubernetes refused the exec: {exc.status} {exc.message}"
             ) from exc
-        except (aiohttp.ClientError, OSError) as exc:
-            raise ExecError(f"cannot reach the Kubernetes API for exec: {exc}") from exc
+        except NO_ANSWER as exc:
+            raise UnavailableError(f"cannot reach the Kubernetes API for exec: {exc}") from exc
         stream = ExecStream(ws, ws.protocol or "", asked_at)
         try:
             if stream.protocol not in PROTOCOLS:
@@ -322,8 +335,8 @@ class PodExecutor:
         self, namespace: str, pod: str, container: str, command: Sequence[str]
     ) -> tuple[int, bytes]:
         """Run a short command to its end, without stdin or a terminal: its exit code and
-        stdout (stderr is dropped). ExecError as `open` raises it, or when it outlives
-        `RUN_TIMEOUT`."""
+        stdout (stderr is dropped). A `KubernetesError` as `open` raises it; ExecError when it
+        outlives `RUN_TIMEOUT`."""
         stdout = bytearray()
         try:
             async with (

@@ -27,7 +27,14 @@ from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from typing import Final
 
-from allocbridge.cluster.podexec import Channel, ExecError, Exited, Output, PodExecutor
+from allocbridge.cluster.errors import KubernetesError, NotFoundError
+from allocbridge.cluster.podexec import (
+    Channel,
+    ContainerNotRunningError,
+    Exited,
+    Output,
+    PodExecutor,
+)
 
 SCRIPT: Final = r"""
 op=$1 root=$2 p=$3
@@ -85,14 +92,15 @@ _ENTRY: Final = re.compile(rb"^([0-9a-f]+) (\d+) (\d+) \./")
 
 
 class FsError(Exception):
-    """The operation failed: `code` is the script's exit code (None: the exec itself failed,
-    with the API server's HTTP `status` when it refused the exec)."""
+    """The operation failed: `code` is the script's exit code (None: the exec itself failed;
+    `not_running` when Kubernetes refused it because the pod or its container is gone or not
+    running)."""
 
-    def __init__(self, message: str, *, code: int | None = None, status: int | None = None):
+    def __init__(self, message: str, *, code: int | None = None, not_running: bool = False):
         super().__init__(message)
         self.message = message
         self.code = code
-        self.status = status
+        self.not_running = not_running
 
 
 @dataclass(frozen=True)
@@ -234,5 +242,7 @@ class PodFiles:
                             )
 
                 yield chunks()
-        except ExecError as exc:
-            raise FsError(exc.message, status=exc.status) from exc
+        except (NotFoundError, ContainerNotRunningError) as exc:
+            raise FsError(exc.message, not_running=True) from exc
+        except KubernetesError as exc:
+            raise FsError(exc.message) from exc
