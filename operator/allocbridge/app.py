@@ -27,11 +27,8 @@ from typing import Final
 from aiohttp import web
 
 from allocbridge.actions.lifecycle import Actions, ActionsSlot
-from allocbridge.api.exec import enable_exec
-from allocbridge.api.fs import enable_fs
-from allocbridge.api.logs import enable_logs
+from allocbridge.api.context import NodeStats, PodClients
 from allocbridge.api.server import create_app as create_api_app
-from allocbridge.api.stats import enable_stats
 from allocbridge.auth.base import AllowAll, Authorizer
 from allocbridge.auth.kubernetes import KubernetesAuthorizer
 from allocbridge.cluster.connection import Credentials
@@ -200,17 +197,23 @@ class Replica:
         listener = self.settings.listener("api")
         if listener is None:
             return None
-        app = create_api_app(
-            self.metrics, store=self.store, authorizer=self.authorizer, actions=self.actions
-        )
         executor = PodExecutor(lambda: self._credentials)
-        enable_exec(app, executor, self.lifecycle, self.metrics)
-        enable_fs(app, PodFiles(executor))  # shares exec's client (exec closes it)
-        enable_logs(app, PodLogReader(lambda: self._credentials))
-        enable_stats(
-            app,
-            NodeStatsReader(lambda: self._credentials),
-            mhz_per_cpu=self.settings.kubernetes.pods.mhz_per_cpu,
+        pods = PodClients(
+            executor=executor,
+            files=PodFiles(executor),  # over exec's client
+            logs=PodLogReader(lambda: self._credentials),
+            stats=NodeStats(
+                NodeStatsReader(lambda: self._credentials),
+                mhz_per_cpu=self.settings.kubernetes.pods.mhz_per_cpu,
+            ),
+        )
+        app = create_api_app(
+            self.metrics,
+            store=self.store,
+            authorizer=self.authorizer,
+            actions=self.actions,
+            pods=pods,
+            lifecycle=self.lifecycle,
         )
         app.on_response_prepare.append(self._close_connections_while_draining)
         return await _serve(app, listener, shutdown_timeout=IN_FLIGHT_TIMEOUT)

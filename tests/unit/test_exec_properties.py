@@ -22,7 +22,8 @@ from allocations_fixture import SAMPLE, sample_store
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from allocbridge.api.exec import POLICY_VIOLATION, enable_exec, parse_command
+from allocbridge.api.context import PodClients
+from allocbridge.api.exec import POLICY_VIOLATION, parse_command
 from allocbridge.api.server import create_app
 from allocbridge.auth import AllowAll
 from allocbridge.cluster.podexec import Channel, Event, Exited, Output, PodExecutor
@@ -164,8 +165,13 @@ class CatExecutor:
 
 async def run_session(messages: list[str | bytes], *, handshake: bool) -> dict[str, Any]:
     """Send `messages`, then close stdin; read until the socket closes."""
-    app = create_app(Metrics(), store=sample_store(), authorizer=AllowAll())
-    enable_exec(app, cast(PodExecutor, CatExecutor()), Lifecycle(), Metrics())
+    app = create_app(
+        Metrics(),
+        store=sample_store(),
+        authorizer=AllowAll(),
+        pods=PodClients(executor=cast(PodExecutor, CatExecutor())),
+        lifecycle=Lifecycle(),
+    )
     client: TestClient[Any, Any] = TestClient(TestServer(app))
     await client.start_server()
     try:

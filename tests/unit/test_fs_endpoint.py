@@ -13,7 +13,7 @@ import pytest
 from aiohttp.test_utils import TestClient, TestServer
 from allocations_fixture import SAMPLE, sample_store
 
-from allocbridge.api.fs import enable_fs
+from allocbridge.api.context import PodClients
 from allocbridge.api.server import create_app
 from allocbridge.auth import AllowAll, Caller, Capability, PermissionDeniedError
 from allocbridge.cluster.podexec import PodExecutor
@@ -43,11 +43,15 @@ class Only:
 
 
 async def serve(*, files: bool = True, authorizer: Any = None) -> TestClient[Any, Any]:
+    # No Kubernetes behind the files: an exec would fail, which these tests never reach.
+    pods = PodClients(files=PodFiles(PodExecutor(lambda: None)) if files else None)
     app = create_app(
-        Metrics(), store=sample_store(), authorizer=authorizer or AllowAll(), sync_timeout=1.0
+        Metrics(),
+        store=sample_store(),
+        authorizer=authorizer or AllowAll(),
+        sync_timeout=1.0,
+        pods=pods,
     )
-    if files:  # no Kubernetes behind it: an exec would fail, which these tests never reach
-        enable_fs(app, PodFiles(PodExecutor(lambda: None)))
     client: TestClient[Any, Any] = TestClient(TestServer(app))
     await client.start_server()
     return client

@@ -18,10 +18,10 @@ from aiohttp.test_utils import TestClient, TestServer
 from allocations_fixture import SAMPLE, sample_store, stored
 from multidict import MultiDict
 
+from allocbridge.api.context import PodClients
 from allocbridge.api.errors import NomadError
 from allocbridge.api.logs import (
     LogQuery,
-    enable_logs,
     go_parse_int64,
     parse_log_query,
     pump,
@@ -301,9 +301,8 @@ async def serve(
         store=store or sample_store(),
         authorizer=authorizer or AllowAll(),
         sync_timeout=1.0,
+        pods=PodClients(logs=reader),
     )
-    if reader is not None:
-        enable_logs(app, reader)
     client: TestClient[Any, Any] = TestClient(TestServer(app))
     await client.start_server()
     return client

@@ -9,8 +9,8 @@ import pytest
 from aiohttp.test_utils import TestClient, TestServer
 from allocations_fixture import SAMPLE, sample_store
 
+from allocbridge.api.context import NodeStats, PodClients
 from allocbridge.api.server import create_app
-from allocbridge.api.stats import enable_stats
 from allocbridge.auth import AllowAll
 from allocbridge.cluster.errors import KubernetesError, UnavailableError, from_status
 from allocbridge.cluster.nodestats import NodeStatsReader
@@ -123,9 +123,8 @@ def store_with_pod_name() -> AllocationStore:
 
 
 async def stats_of(reader: NodeStatsReader | None, query: str = "") -> tuple[int, Any]:
-    app = create_app(Metrics(), store=store_with_pod_name(), authorizer=AllowAll())
-    if reader is not None:
-        enable_stats(app, reader, mhz_per_cpu=1000)
+    pods = PodClients(stats=None if reader is None else NodeStats(reader, mhz_per_cpu=1000))
+    app = create_app(Metrics(), store=store_with_pod_name(), authorizer=AllowAll(), pods=pods)
     client: TestClient[Any, Any] = TestClient(TestServer(app))
     await client.start_server()
     try:

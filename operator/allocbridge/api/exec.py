@@ -9,7 +9,9 @@ heartbeats `{}` ignored; stdout and stderr come back base64 in chunks of at most
 As in Nomad since 2.0.5, the upgrade happens first and every later error is a close frame whose
 reason is the error text (Nomad's texts; a reason is cut to the 123 bytes a close frame holds):
 1008 for bad requests, denials, unknown allocations and tasks and tasks that do not run; 1011
-for internal faults. A plain GET without the upgrade is answered 400 with a readable text.
+for internal faults; 1013 while authorization is unavailable. The text is what `api.errors`
+answers the same failure with over HTTP. A plain GET without the upgrade is answered 400 with a
+readable text.
 With `ws_handshake=true` the first frame `{"version":1,"auth_token":...}` carries the token.
 
 Authorization goes through the Authorizer: `alloc-exec` on the allocation's namespace (the
@@ -20,8 +22,9 @@ Each session runs two pumps (client to pod, pod to client) and a heartbeat; whic
 first ends the other. A client that goes away ends the Kubernetes stream, which ends a process
 that reads stdin; a command still running when its session ends (containerd keeps it) is ended
 in the background through a second exec (`cluster.leftovers`: SIGHUP, then SIGKILL). Writes
-to the client go through one lock. Open sessions are counted in `Lifecycle.active_sessions` and
-the `allocbridge_exec_sessions` gauge; on shutdown they are closed with 1001.
+to the client go through one lock. The executor and the session bookkeeping are the API
+context's (`pods.executor`, `streams`): open sessions are counted in `Lifecycle.active_sessions`
+and the `allocbridge_exec_sessions` gauge; on shutdown they are closed with 1001.
 
 Deviations from Nomad: bad `command`, `tty` and client frames close with 1008 (Nomad: 1011), a
 denial closes with 1008 (Nomad: 1011); the exit frame always carries `exit_code`, 0 included
@@ -38,14 +41,13 @@ import json
 import logging
 import time
 from collections.abc import Mapping
-from dataclasses import dataclass, field
 from typing import Any, Final
 from urllib.parse import urlsplit
 
 from aiohttp import WSCloseCode, WSMsgType, web
 
-from allocbridge.api.context import context, synced_store
-from allocbridge.api.errors import NomadError
+from allocbridge.api.context import Streams, context, synced_store
+from allocbridge.api.errors import Failure, NomadError, failure
 from allocbridge.api.ids import parse_alloc_id
 from allocbridge.api.query import go_parse_bool, parse_query
 from allocbridge.api.routing import ALLOC_ID, Endpoint
@@ -68,7 +70,6 @@ from allocbridge.cluster.podexec import (
     OutputClosed,
     PodExecutor,
 )
-from allocbridge.lifecycle import Lifecycle
 from allocbridge.model.execframes import (
     HEARTBEAT_FRAME,
     FrameError,
@@ -81,7 +82,6 @@ from allocbridge.model.execframes import (
     parse_handshake,
 )
 from allocbridge.model.goformat import go_quote
-from allocbridge.telemetry import Metrics
 
 log = logging.getLogger(__name__)
 
@@ -90,8 +90,6 @@ HEARTBEAT_INTERVAL: Final = 10.0
 HANDSHAKE_TIMEOUT: Final = 30.0
 #: Largest client frame accepted; a stdin frame of 1 MiB raw is about 1.4 MB of JSON.
 MAX_CLIENT_FRAME: Final = 4 * 1024 * 1024
-#: Seconds open sessions get to close when the server shuts down.
-SHUTDOWN_WAIT: Final = 5.0
 #: Seconds a close waits for the client's answering close frame. The client answers only after
 #: reading every frame sent before the close, so on a slow link this is how far behind it may
 #: be. Closing the socket sooner makes whatever the client sends meanwhile (a heartbeat, stdin)
@@ -170,69 +168,6 @@ def parse_flag(query: Mapping[str, str], name: str) -> bool:
         ) from None
 
 
-# --- Wiring ------------------------------------------------------------------------------------
-
-
-@dataclass
-class ExecServices:
-    """What exec needs beyond the API context; `enable_exec` puts it on the application."""
-
-    executor: PodExecutor
-    lifecycle: Lifecycle
-    metrics: Metrics
-    stopping: asyncio.Event = field(default_factory=asyncio.Event)
-    sessions: set[asyncio.Future[None]] = field(default_factory=set)
-    leftovers: set[asyncio.Task[list[int]]] = field(default_factory=set)
-
-    def opened(self) -> asyncio.Future[None]:
-        done: asyncio.Future[None] = asyncio.get_running_loop().create_future()
-        self.sessions.add(done)
-        self.lifecycle.active_sessions += 1
-        self.metrics.exec_sessions.set(self.lifecycle.active_sessions)
-        return done
-
-    def end_leftover(self, session: EndedSession) -> None:
-        """End, in the background, the command a session left running (`cluster.leftovers`)."""
-        task = asyncio.create_task(end_leftover(self.executor, session))
-        self.leftovers.add(task)
-        task.add_done_callback(self.leftovers.discard)
-
-    def closed(self, done: asyncio.Future[None]) -> None:
-        self.sessions.discard(done)
-        self.lifecycle.active_sessions -= 1
-        self.metrics.exec_sessions.set(self.lifecycle.active_sessions)
-        if not done.done():
-            done.set_result(None)
-
-
-EXEC: Final = web.AppKey("allocbridge_exec", ExecServices)
-
-
-def enable_exec(
-    app: web.Application, executor: PodExecutor, lifecycle: Lifecycle, metrics: Metrics
-) -> None:
-    """Give the API application what exec needs; without it exec closes with 1011."""
-    app[EXEC] = ExecServices(executor, lifecycle, metrics)
-    app.on_shutdown.append(_close_sessions)
-    app.on_cleanup.append(_close_executor)
-
-
-async def _close_sessions(app: web.Application) -> None:
-    services = app[EXEC]
-    services.stopping.set()
-    if services.sessions:
-        await asyncio.wait(set(services.sessions), timeout=SHUTDOWN_WAIT)
-
-
-async def _close_executor(app: web.Application) -> None:
-    services = app[EXEC]
-    if services.leftovers:
-        await asyncio.wait(set(services.leftovers), timeout=SHUTDOWN_WAIT)
-        for task in services.leftovers:
-            task.cancel()
-    await services.executor.close()
-
-
 # --- The endpoint ------------------------------------------------------------------------------
 
 
@@ -293,14 +228,16 @@ async def allocation_exec(request: web.Request) -> web.StreamResponse:
         raise NomadError(403, CROSS_ORIGIN)
     ws = web.WebSocketResponse(max_msg_size=MAX_CLIENT_FRAME, timeout=CLOSE_WAIT)
     await ws.prepare(request)
-    services = request.app.get(EXEC)
-    client = _ClientSocket(ws, services.stopping if services else asyncio.Event())
-    if services is None:
+    ctx = context(request)
+    streams = ctx.streams
+    client = _ClientSocket(ws, streams.stopping)
+    executor = ctx.pods.executor
+    if executor is None:
         await client.close(INTERNAL_ERROR, NOT_CONFIGURED)
         return ws
-    done = services.opened()
+    done = streams.opened()
     try:
-        await _session(request, client, services)
+        await _session(request, client, executor, streams)
     except _CloseError as close:
         level = logging.ERROR if close.code == INTERNAL_ERROR else logging.DEBUG
         log.log(level, "exec ended with an error", extra=_fields(request, close))
@@ -311,7 +248,7 @@ async def allocation_exec(request: web.Request) -> web.StreamResponse:
     finally:
         with contextlib.suppress(Exception):
             await client.close(GOING_AWAY)  # only if still open (a cancelled session)
-        services.closed(done)
+        streams.closed(done)
     return ws
 
 
@@ -332,7 +269,9 @@ def _fields(request: web.Request, close: _CloseError) -> dict[str, object]:
     return {"path": request.path, "code": close.code, "error": close.reason}
 
 
-async def _session(request: web.Request, client: _ClientSocket, services: ExecServices) -> None:
+async def _session(
+    request: web.Request, client: _ClientSocket, executor: PodExecutor, streams: Streams
+) -> None:
     query = request.query
     try:
         handshake = parse_flag(query, "ws_handshake")
@@ -351,25 +290,28 @@ async def _session(request: web.Request, client: _ClientSocket, services: ExecSe
         raise _CloseError(POLICY_VIOLATION, str(exc)) from None
     namespace, pod = await _authorize_and_locate(request, Caller(token=token), task)
     try:
-        async with services.executor.open(namespace, pod, task, command, tty=tty) as stream:
+        async with executor.open(namespace, pod, task, command, tty=tty) as stream:
             where = {"allocation": request.match_info["alloc_id"], "task": task, "tty": tty}
             log.info("exec session opened", extra={**where, "protocol": stream.protocol})
             started = time.monotonic()
             try:
-                await _pump(client, stream, services.stopping, tty=tty)
+                await _pump(client, stream, streams.stopping, tty=tty)
             finally:
                 seconds = round(time.monotonic() - started, 3)
                 log.info("exec session closed", extra={**where, "seconds": seconds})
                 if not stream.exited:  # the client left or the server stops: end the command
-                    services.end_leftover(
-                        EndedSession(
-                            namespace,
-                            pod,
-                            task,
-                            tuple(command),
-                            stream.asked_at,
-                            stream.first_output_at,
-                            time.monotonic(),
+                    streams.in_background(
+                        end_leftover(
+                            executor,
+                            EndedSession(
+                                namespace,
+                                pod,
+                                task,
+                                tuple(command),
+                                stream.asked_at,
+                                stream.first_output_at,
+                                time.monotonic(),
+                            ),
                         )
                     )
     except (NotFoundError, ContainerNotRunningError) as exc:  # the pod or container is gone
@@ -393,45 +335,55 @@ async def _read_handshake(client: _ClientSocket, header: str | None) -> str | No
 
 
 async def _authorize_and_locate(request: web.Request, caller: Caller, task: str) -> tuple[str, str]:
-    """(namespace, pod) of a running task the caller may exec into; _CloseError otherwise."""
+    """(namespace, pod) of a running task the caller may exec into; otherwise a _CloseError
+    carrying the failure as `api.errors` answers it (see `_close_error`)."""
+    try:
+        return await _locate(request, caller, task)
+    except (NomadError, PermissionDeniedError, AuthUnavailableError) as exc:
+        raise _close_error(failure(exc)) from None
+
+
+def _close_error(answer: Failure) -> _CloseError:
+    """A failure past the upgrade: 1013 for a passing outage (the authorizer's), 1011 for
+    another 5xx, 1008 for the rest (bad requests, denials, unknown allocations and tasks)."""
+    log.log(answer.level, f"exec refused: {answer.event}", extra={"error": answer.detail})
+    if answer.retry_later:
+        return _CloseError(TRY_AGAIN_LATER, answer.message)
+    if answer.status >= 500:
+        return _CloseError(INTERNAL_ERROR, answer.message)
+    return _CloseError(POLICY_VIOLATION, answer.message)
+
+
+async def _locate(request: web.Request, caller: Caller, task: str) -> tuple[str, str]:
+    """In Nomad's order: query options, the ID, the store, `alloc-exec` on the allocation's
+    namespace (the request's for an unknown one), the allocation, its status, the task (and
+    `alloc-node-exec` for `raw_exec`), the task's state."""
     ctx = context(request)
     raw_id = request.match_info["alloc_id"]
-    try:
-        query = parse_query(request.query)
-        alloc_id = parse_alloc_id(raw_id)
-        store = await synced_store(ctx)
-    except NomadError as exc:
-        code = INTERNAL_ERROR if exc.status >= 500 else POLICY_VIOLATION
-        raise _CloseError(code, exc.message) from None
+    query = parse_query(request.query)
+    alloc_id = parse_alloc_id(raw_id)
+    store = await synced_store(ctx)
     alloc = store.get(alloc_id) if alloc_id else None
     namespace = alloc.namespace if alloc else query.namespace
-    try:
-        await ctx.authorizer.check(caller, ALLOC_EXEC, namespace)
-        if alloc is None:
-            raise _CloseError(POLICY_VIOLATION, f"Unknown allocation {go_quote(raw_id)}")
-        wire = alloc.wire
-        status = wire.get("ClientStatus", "")
-        if status in TERMINAL_STATUSES:
-            raise _CloseError(
-                POLICY_VIOLATION,
-                f"exec not possible, client status of allocation {alloc.id} is {status}",
-            )
-        driver = _task_driver(wire, task)
-        if driver is None:
-            raise _CloseError(POLICY_VIOLATION, f"unknown task name {go_quote(task)}")
-        if driver == RAW_EXEC:
-            await ctx.authorizer.check(caller, ALLOC_NODE_EXEC, namespace)
-    except PermissionDeniedError as exc:
-        log.debug("exec denied", extra={"path": request.path, "error": exc.reason})
-        raise _CloseError(POLICY_VIOLATION, "Permission denied") from None
-    except AuthUnavailableError as exc:
-        log.warning("exec refused: authorization unavailable", extra={"error": exc.reason})
-        raise _CloseError(TRY_AGAIN_LATER, f"ACL check unavailable: {exc.reason}") from None
+    await ctx.authorizer.check(caller, ALLOC_EXEC, namespace)
+    if alloc is None:
+        raise NomadError(404, f"Unknown allocation {go_quote(raw_id)}")
+    wire = alloc.wire
+    status = wire.get("ClientStatus", "")
+    if status in TERMINAL_STATUSES:
+        raise NomadError(
+            400, f"exec not possible, client status of allocation {alloc.id} is {status}"
+        )
+    driver = _task_driver(wire, task)
+    if driver is None:
+        raise NomadError(404, f"unknown task name {go_quote(task)}")
+    if driver == RAW_EXEC:
+        await ctx.authorizer.check(caller, ALLOC_NODE_EXEC, namespace)
     state = ((wire.get("TaskStates") or {}).get(task) or {}).get("State", "pending")
     if state == "pending":
-        raise _CloseError(POLICY_VIOLATION, f"task {go_quote(task)} not started yet.")
+        raise NomadError(409, f"task {go_quote(task)} not started yet.")
     if state != "running":
-        raise _CloseError(POLICY_VIOLATION, f"task {go_quote(task)} is not running.")
+        raise NomadError(409, f"task {go_quote(task)} is not running.")
     return namespace, alloc.object_name  # the pod is named after its Allocation object
 
 

@@ -24,12 +24,12 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from dataclasses import dataclass, field
 from typing import Any, Final
 
 from aiohttp import web
 
 from allocbridge.api.answers import Answer
+from allocbridge.api.context import context
 from allocbridge.api.errors import NomadError
 from allocbridge.api.logs import go_parse_int64, pump, task_names
 from allocbridge.api.query import go_parse_bool, parse_query
@@ -56,25 +56,6 @@ BAD_ORIGIN: Final = "origin must be start or end"
 #: Largest offset taken (the container's shell counts in 64-bit signed arithmetic).
 MAX_OFFSET: Final = 2**62
 TERMINAL: Final = frozenset({"complete", "failed", "lost"})
-
-
-@dataclass
-class FsServices:
-    files: PodFiles
-    stopping: asyncio.Event = field(default_factory=asyncio.Event)
-
-
-FS: Final = web.AppKey("allocbridge_fs", FsServices)
-
-
-def enable_fs(app: web.Application, files: PodFiles) -> None:
-    """Give the API application its file reader; without one, the fs endpoints answer 503."""
-    app[FS] = FsServices(files)
-
-    async def stop_followers(app: web.Application) -> None:
-        app[FS].stopping.set()
-
-    app.on_shutdown.append(stop_followers)
 
 
 # --- Query parsing, in Nomad's order -----------------------------------------------------------
@@ -120,11 +101,11 @@ async def _located(request: web.Request, path: str) -> tuple[StoredAllocation, a
         raise NomadError(404, str(exc.args[0])) from None
 
 
-def _files(request: web.Request) -> FsServices:
-    services = request.app.get(FS)
-    if services is None:
+def _files(request: web.Request) -> PodFiles:
+    files = context(request).pods.files
+    if files is None:
         raise NomadError(503, "alloc fs is not available: no Kubernetes exec client")
-    return services
+    return files
 
 
 def _running(alloc: StoredAllocation, task: str) -> bool:
@@ -190,7 +171,7 @@ async def stat(request: web.Request) -> Answer:
         return Answer({**info, "ContentType": allocfs.OCTET_STREAM})
     where = _where(alloc, location)
     try:
-        found = await _files(request).files.stat(where, location.container_path)
+        found = await _files(request).stat(where, location.container_path)
     except FsError as exc:
         raise _error(exc, location, where.container) from exc
     info = allocfs.file_info(
@@ -207,7 +188,7 @@ async def list_directory(request: web.Request) -> Answer:
     path = _path(request, required=False)
     parse_query(request.query)  # its 400s
     alloc, location = await _located(request, path)
-    files = _files(request).files
+    files = _files(request)
     entries: list[dict[str, Any]]
     if location.kind == "root":
         created = _created(alloc)
@@ -276,7 +257,7 @@ async def _send_bytes(
 ) -> web.StreamResponse:
     _readable(location)
     where = _where(alloc, location)
-    files = _files(request).files
+    files = _files(request)
     try:
         async with files.read(where, location.container_path, offset=offset, limit=limit) as (
             _,
@@ -321,9 +302,9 @@ async def stream(request: web.Request) -> web.StreamResponse:
     alloc, location = await _located(request, path)
     _readable(location)
     where = _where(alloc, location)
-    services = _files(request)
+    files = _files(request)
     try:
-        async with services.files.read(
+        async with files.read(
             where, location.container_path, offset=offset, origin=origin, follow=follow
         ) as (start, data):
             response = web.StreamResponse()
@@ -336,7 +317,7 @@ async def stream(request: web.Request) -> web.StreamResponse:
                     response.write,
                     encoder,
                     heartbeat=follow,
-                    stopping=services.stopping,
+                    stopping=context(request).streams.stopping,
                     follow=follow,
                 )
             with contextlib.suppress(ConnectionError):

@@ -18,7 +18,8 @@ interleaved, as `kubectl logs` shows it) and `type=stderr` is empty, so `alloc l
 reads both, shows each line once. Offsets count bytes of what is served, not of Nomad's files.
 
 A client that goes away ends the Kubernetes log stream: the next write fails (a heartbeat at
-the latest, within a second) and the stream is closed. Shutdown ends every followed log.
+the latest, within a second) and the stream is closed. Shutdown ends every followed log
+(`ApiContext.streams`); the log reader is the context's `pods.logs`.
 """
 
 from __future__ import annotations
@@ -27,12 +28,13 @@ import asyncio
 import contextlib
 import logging
 from collections.abc import AsyncIterator, Awaitable, Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, Final
 
 from aiohttp import web
 from multidict import MultiMapping
 
+from allocbridge.api.context import context
 from allocbridge.api.errors import NomadError
 from allocbridge.api.query import go_parse_bool
 from allocbridge.api.routing import ALLOC_ID, Endpoint
@@ -152,35 +154,6 @@ def not_started(task: str) -> NomadError:
     return NomadError(404, f"task {go_quote(task)} not started yet. No logs available")
 
 
-# --- Wiring ------------------------------------------------------------------------------------
-
-
-@dataclass
-class LogServices:
-    """What logs need beyond the API context; `enable_logs` puts it on the application."""
-
-    reader: PodLogReader
-    stopping: asyncio.Event = field(default_factory=asyncio.Event)
-
-
-LOGS: Final = web.AppKey("allocbridge_logs", LogServices)
-
-
-def enable_logs(app: web.Application, reader: PodLogReader) -> None:
-    """Give the API application a log reader; without one, logs answer 503."""
-    app[LOGS] = LogServices(reader)
-    app.on_shutdown.append(_stop_followers)
-    app.on_cleanup.append(_close_reader)
-
-
-async def _stop_followers(app: web.Application) -> None:
-    app[LOGS].stopping.set()
-
-
-async def _close_reader(app: web.Application) -> None:
-    await app[LOGS].reader.close()
-
-
 # --- The endpoint ------------------------------------------------------------------------------
 
 
@@ -191,11 +164,11 @@ async def allocation_logs(request: web.Request) -> web.StreamResponse:
         raise NomadError(400, f"unknown task name {go_quote(options.task)}")
     if not task_started(alloc, options.task):
         raise not_started(options.task)
-    services = request.app.get(LOGS)
-    if services is None:
+    ctx = context(request)
+    if ctx.pods.logs is None:
         raise NomadError(503, "logs are not available: no Kubernetes log reader")
-    source = _LogSource(services.reader, alloc, options)
-    return await _serve(request, source, options, services.stopping)
+    source = _LogSource(ctx.pods.logs, alloc, options)
+    return await _serve(request, source, options, ctx.streams.stopping)
 
 
 class _LogSource:

@@ -20,6 +20,7 @@ what the CLI follows after a stop; `jobs` is the read-only jobs view the CLI's `
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Sequence
 from typing import Final
 
@@ -44,14 +45,18 @@ from allocbridge.api import (
     stats,
     stop,
 )
-from allocbridge.api.context import CONTEXT, ApiContext
+from allocbridge.api.context import CONTEXT, ApiContext, PodClients, Streams
 from allocbridge.api.routing import Endpoint, add_endpoints, add_fallthroughs
 from allocbridge.auth import Authorizer
+from allocbridge.lifecycle import Lifecycle
 from allocbridge.store import AllocationStore
 from allocbridge.telemetry import Metrics, request_metrics
 
 #: Seconds a request waits for the store's first full list before answering 503.
 DEFAULT_SYNC_TIMEOUT: Final = 10.0
+#: Seconds open exec sessions get to close when the server shuts down, and what they left
+#: running in the background gets to finish before the clients close.
+SHUTDOWN_WAIT: Final = 5.0
 
 _ENDPOINT_MODULES: Final[Sequence[Sequence[Endpoint]]] = (
     allocations.ENDPOINTS,
@@ -79,26 +84,55 @@ def create_app(
     store: AllocationStore,
     authorizer: Authorizer,
     actions: ActionsSlot | None = None,
+    pods: PodClients | None = None,
+    lifecycle: Lifecycle | None = None,
     sync_timeout: float = DEFAULT_SYNC_TIMEOUT,
 ) -> web.Application:
     """Build the `/v1` application over `store`, asking `authorizer` about every request.
 
+    `pods` are the Kubernetes clients of exec, fs, logs and stats (an endpoint whose client is
+    missing answers 503); `lifecycle` counts the open exec sessions for `/health`.
+
     On shutdown the store's parked blocking queries are released, so they answer at once
-    with their current data instead of being cut off.
+    with their current data instead of being cut off; followed logs and files end, and exec
+    sessions close with 1001, given up to `SHUTDOWN_WAIT` seconds; on cleanup, what streams left
+    running in the background gets as long, then the clients close.
     """
     app = web.Application(middlewares=[request_metrics(metrics, "api")])
     app[CONTEXT] = ApiContext(
         store=store,
         authorizer=authorizer,
         sync_timeout=sync_timeout,
+        streams=Streams(lifecycle if lifecycle is not None else Lifecycle(), metrics),
         actions=actions if actions is not None else ActionsSlot(),
+        pods=pods if pods is not None else PodClients(),
     )
     for endpoints in _ENDPOINT_MODULES:
         add_endpoints(app.router, endpoints)
     add_fallthroughs(app.router)
     app.on_shutdown.append(_release_waiters)
+    app.on_shutdown.append(_end_streams)
+    app.on_cleanup.append(_close_clients)
     return app
 
 
 async def _release_waiters(app: web.Application) -> None:
     app[CONTEXT].store.close()
+
+
+async def _end_streams(app: web.Application) -> None:
+    streams = app[CONTEXT].streams
+    streams.stopping.set()
+    if streams.sessions:
+        await asyncio.wait(set(streams.sessions), timeout=SHUTDOWN_WAIT)
+
+
+async def _close_clients(app: web.Application) -> None:
+    ctx = app[CONTEXT]
+    await ctx.streams.finish_background(SHUTDOWN_WAIT)
+    if ctx.pods.executor is not None:
+        await ctx.pods.executor.close()
+    if ctx.pods.logs is not None:
+        await ctx.pods.logs.close()
+    if ctx.pods.stats is not None:
+        await ctx.pods.stats.reader.close()

@@ -14,12 +14,12 @@ cannot be reached, 500 for anything else Kubernetes refuses.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Final
 
 from aiohttp import web
 
 from allocbridge.api.answers import Answer
+from allocbridge.api.context import context
 from allocbridge.api.errors import NomadError
 from allocbridge.api.logs import task_names
 from allocbridge.api.query import parse_query
@@ -27,32 +27,12 @@ from allocbridge.api.routing import ALLOC_ID, Endpoint
 from allocbridge.api.targets import readable_allocation
 from allocbridge.auth import READ_JOB
 from allocbridge.cluster.errors import KubernetesError, NotFoundError, UnavailableError
-from allocbridge.cluster.nodestats import NodeStatsReader
 from allocbridge.model.goformat import go_quote
 from allocbridge.model.usage import alloc_usage, find_pod
 
 #: The API server's answer (a 500) when a node's address is not one it proxies to: loopback
 #: and link-local addresses, where the local cluster's kwok nodes are.
 PROXY_REFUSED: Final = "address not allowed"
-
-
-@dataclass(frozen=True)
-class StatsServices:
-    reader: NodeStatsReader
-    mhz_per_cpu: int
-
-
-STATS: Final = web.AppKey("allocbridge_stats", StatsServices)
-
-
-def enable_stats(app: web.Application, reader: NodeStatsReader, *, mhz_per_cpu: int) -> None:
-    """Give the API application a stats reader; without one, stats answer 503."""
-    app[STATS] = StatsServices(reader, mhz_per_cpu)
-
-    async def close(app: web.Application) -> None:
-        await app[STATS].reader.close()
-
-    app.on_cleanup.append(close)
 
 
 async def allocation_stats(request: web.Request) -> Answer:
@@ -65,7 +45,7 @@ async def allocation_stats(request: web.Request) -> Answer:
     node = str(alloc.wire.get("NodeName") or "")
     if not node:
         raise NomadError(503, "the allocation is not on a node yet: no stats")
-    services = request.app.get(STATS)
+    services = context(request).pods.stats
     if services is None:
         raise NomadError(503, "stats are not available: no Kubernetes stats reader")
     try:
