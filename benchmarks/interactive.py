@@ -7,9 +7,9 @@ a tty allocated by containerd and runc), because kwok's pods run exec'd commands
 machine without a tty of their own.
 
 - allocbridge: Nomad's exec WebSocket (`/v1/client/allocation/:id/exec?tty=true`, command
-  `["sh"]`) through aiohttp's client, in the frames of `allocbridge/api/exec.py`: a `tty_size`
-  frame first (24x80, as the nomad CLI sends its terminal's), then `stdin` frames; `stdout`
-  frames are base64-decoded.
+  `["sh"]`) through aiohttp's client, in the frames of `allocbridge/model/execframes.py`: a
+  `tty_size` frame first (24x80, as the nomad CLI sends its terminal's), then `stdin` frames;
+  `stdout` frames are base64-decoded.
 - Peer: the built `kubectl exec -it POD -c main -- sh` through the same API server, its stdin
   and stdout the slave of a pseudo-terminal (kubectl allocates a remote tty only when its stdin
   is a terminal; its own stderr goes to a file, shown on failure), read from the master side in
