@@ -70,6 +70,7 @@ from allocbridge.cluster.podexec import (
     OutputClosed,
     PodExecutor,
 )
+from allocbridge.model.allocstatus import TERMINAL
 from allocbridge.model.execframes import (
     HEARTBEAT_FRAME,
     FrameError,
@@ -116,7 +117,6 @@ CROSS_ORIGIN: Final = (
 )
 NOT_CONFIGURED: Final = "exec is not available on this server"
 RAW_EXEC: Final = "raw_exec"
-TERMINAL_STATUSES: Final = frozenset({"complete", "failed", "lost"})
 
 # --- Request parameters (pure) ------------------------------------------------------------
 
@@ -370,7 +370,7 @@ async def _locate(request: web.Request, caller: Caller, task: str) -> tuple[str,
         raise NomadError(404, f"Unknown allocation {go_quote(raw_id)}")
     wire = alloc.wire
     status = wire.get("ClientStatus", "")
-    if status in TERMINAL_STATUSES:
+    if status in TERMINAL:
         raise NomadError(
             400, f"exec not possible, client status of allocation {alloc.id} is {status}"
         )

@@ -47,6 +47,7 @@ from allocbridge.cluster.podfs import (
     Where,
 )
 from allocbridge.model import allocfs
+from allocbridge.model.allocstatus import TERMINAL
 from allocbridge.model.goformat import go_quote
 from allocbridge.model.streamframes import encode_frames
 from allocbridge.store import StoredAllocation
@@ -55,7 +56,6 @@ FILE_REQUIRED: Final = "must provide a file name"
 BAD_ORIGIN: Final = "origin must be start or end"
 #: Largest offset taken (the container's shell counts in 64-bit signed arithmetic).
 MAX_OFFSET: Final = 2**62
-TERMINAL: Final = frozenset({"complete", "failed", "lost"})
 
 
 # --- Query parsing, in Nomad's order -----------------------------------------------------------
