@@ -8,8 +8,9 @@ its real path (symlinks resolved) lies in ROOT's real path (exit 46: escapes). T
 
 - `stat`: `MODE SIZE MTIME` (hex mode, bytes, Unix seconds), a newline, and a regular file's
   first 512 bytes (for the content type);
-- `ls`: one `MODE SIZE MTIME ./NAME` line per entry (lstat: a symlink is listed as one);
-  exit 47 when the path is not a directory;
+- `ls`: one `MODE SIZE MTIME ./NAME` line per entry (lstat: a symlink is listed as one; an
+  entry removed between the listing and its stat is left out); exit 47 when the path is not a
+  directory;
 - `read OFFSET LIMIT ORIGIN FOLLOW`: `ok START` and a newline, then the bytes from START (OFFSET
   from the start, or back from the end for ORIGIN `end`), at most LIMIT of them (0: no limit),
   and with FOLLOW `1` what is appended later (`tail -f`) until stdin closes, which is how the
@@ -54,7 +55,7 @@ ls)
     for f in ./* ./.[!.]* ./..?*; do
         if [ -e "$f" ] || [ -L "$f" ]; then set -- "$@" "$f"; fi
     done
-    [ $# -eq 0 ] || stat -c '%f %s %Y %n' "$@" ;;
+    [ $# -eq 0 ] || stat -c '%f %s %Y %n' "$@" 2>/dev/null || true ;;
 read)
     [ -d "$t" ] && exit 48
     start=$1
