@@ -16,6 +16,8 @@ from typing import Any
 import pytest
 from aiohttp.test_utils import TestClient, TestServer
 from allocations_fixture import SAMPLE, sample_store, stored
+from hypothesis import given
+from hypothesis import strategies as st
 from multidict import MultiDict
 
 from allocbridge.api.context import PodClients
@@ -401,3 +403,26 @@ async def test_logs_need_read_logs_or_read_fs(capability: str, status: int) -> N
         assert (await get(client, "task=server&type=stdout"))[0] == status
     finally:
         await client.close()
+
+
+@given(
+    offset=st.integers(min_value=0, max_value=2**62),
+    data=st.binary(max_size=300),
+    file=st.text(max_size=20),
+    event=st.text(max_size=20),
+)
+def test_a_frame_is_the_json_encoders_compact_object(
+    offset: int, data: bytes, file: str, event: str
+) -> None:
+    """Written by hand, a frame is byte for byte what `json.dumps` writes of the same fields."""
+    fields: dict[str, object] = {}
+    if offset:
+        fields["Offset"] = offset
+    if data:
+        fields["Data"] = base64.b64encode(data).decode("ascii")
+    if file:
+        fields["File"] = file
+    if event:
+        fields["FileEvent"] = event
+    expected = json.dumps(fields, separators=(",", ":")).encode()
+    assert encode_frame(offset=offset, data=data, file=file, event=event) == expected

@@ -35,17 +35,21 @@ def log_file(task: str, log_type: LogType) -> str:
 
 
 def encode_frame(*, offset: int, data: bytes = b"", file: str = "", event: str = "") -> bytes:
-    """One `StreamFrame`, empty fields left out as Go's `omitempty` does."""
-    frame: dict[str, object] = {}
+    """One `StreamFrame`, empty fields left out as Go's `omitempty` does.
+
+    Written directly rather than through `json.dumps`: base64 needs no escaping, and the JSON
+    encoder's scan of 87 KB of it per frame was most of a followed log's encoding cost.
+    """
+    fields: list[bytes] = []
     if offset:
-        frame["Offset"] = offset
+        fields.append(b'"Offset":%d' % offset)
     if data:
-        frame["Data"] = base64.b64encode(data).decode("ascii")
+        fields.append(b'"Data":"' + base64.b64encode(data) + b'"')
     if file:
-        frame["File"] = file
+        fields.append(b'"File":' + json.dumps(file).encode())
     if event:
-        frame["FileEvent"] = event
-    return json.dumps(frame, separators=(",", ":")).encode()
+        fields.append(b'"FileEvent":' + json.dumps(event).encode())
+    return b"{" + b",".join(fields) + b"}"
 
 
 def encode_frames(data: bytes, *, end_offset: int, file: str, size: int = MAX_FRAME) -> bytes:
