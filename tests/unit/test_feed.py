@@ -14,7 +14,7 @@ from kubernetes_asyncio import client
 
 from allocbridge.cluster.watch import Changed, Listed, ObjectWatches
 from allocbridge.store import AllocationStore
-from allocbridge.store.feed import RecentSpecs, StoreFeed, render
+from allocbridge.store.feed import RecentSpecs, StoreFeed, _keyed, render
 
 EXAMPLES = Path(__file__).parents[2] / "examples"
 UID = "8c3d9a1f-0000-4000-8000-000000000001"
@@ -207,3 +207,26 @@ async def test_a_relist_renders_every_kept_allocation_again(api: client.ApiClien
     after = store.get(UID)
     assert before is not None and after is not None and after is not before
     assert after.wire_json == before.wire_json
+
+
+async def test_a_list_of_packed_allocations_fills_the_store_as_a_list_of_objects(
+    api: client.ApiClient,
+) -> None:
+    """The watch can hand the first list over packed (`ObjectWatches.allocations(pack=)`), so
+    it never holds every object as a dict; the store gets the same allocations either way."""
+    objects = [with_uid(UID), with_uid("8c3d9a1f-0000-4000-8000-000000000002")]
+    objects[1]["metadata"]["name"] = "web-1"
+    stores = []
+    for items in (objects, [_keyed(obj) for obj in objects]):
+        store = AllocationStore()
+        feed = StoreFeed(store, ObjectWatches(api), namespaces=("default",))
+        feed._expected = {"allocations/default", "pods/default"}
+        feed._relist("pods/default", Listed([], 100))
+        feed._relist("allocations/default", Listed(items, 100))
+        stores.append(store)
+    plain, packed = stores
+    assert len(packed) == len(plain) == 2
+    for obj in objects:
+        uid = obj["metadata"]["uid"]
+        a, b = plain.get(uid), packed.get(uid)
+        assert a is not None and b is not None and a.wire_json == b.wire_json

@@ -34,9 +34,10 @@ LIST_PAGE = 500
 
 @dataclass(frozen=True)
 class Listed:
-    """Every object that exists, at `resource_version`."""
+    """Every object that exists, at `resource_version`: the objects, or what the watch's
+    `pack` made of each (so a large list never exists as dicts all at once)."""
 
-    items: list[Json]
+    items: list[Any]
     resource_version: int
 
 
@@ -50,6 +51,7 @@ class Changed:
 
 
 ListCall = Callable[..., Awaitable[Any]]
+Pack = Callable[[Json], Any]
 
 
 class ObjectWatches:
@@ -61,11 +63,16 @@ class ObjectWatches:
         self.custom: Any = client.CustomObjectsApi(api)
         self.core: Any = client.CoreV1Api(api)
 
-    def allocations(self, namespace: str | None) -> AsyncIterator[Listed | Changed]:
+    def allocations(
+        self, namespace: str | None, *, pack: Pack | None = None
+    ) -> AsyncIterator[Listed | Changed]:
+        """`pack`: what a listed Allocation is kept as (see `watch`)."""
         kind: dict[str, Any] = {"group": GROUP, "version": VERSION, "plural": PLURAL}
         if namespace is None:
-            return watch(self.custom.list_cluster_custom_object, **kind)
-        return watch(self.custom.list_namespaced_custom_object, **kind, namespace=namespace)
+            return watch(self.custom.list_cluster_custom_object, pack=pack, **kind)
+        return watch(
+            self.custom.list_namespaced_custom_object, pack=pack, **kind, namespace=namespace
+        )
 
     def pods(self, namespace: str | None, label_selector: str) -> AsyncIterator[Listed | Changed]:
         if namespace is None:
@@ -80,15 +87,23 @@ class ExpiredError(Exception):
 
 
 async def watch(
-    list_call: ListCall, *, on_error: Callable[[Exception], None] | None = None, **params: Any
+    list_call: ListCall,
+    *,
+    on_error: Callable[[Exception], None] | None = None,
+    pack: Pack | None = None,
+    **params: Any,
 ) -> AsyncIterator[Listed | Changed]:
-    """Stream a resource; `list_call` is a kubernetes_asyncio list method (raw JSON is used)."""
+    """Stream a resource; `list_call` is a kubernetes_asyncio list method (raw JSON is used).
+
+    `pack`, if given, turns each listed object into what `Listed.items` holds, page by page:
+    50,000 Allocations as dicts are about 500 MB at once, which stays in the process's heap.
+    Watch events always carry the object."""
     failures = 0
     resource_version: str | None = None
     while True:
         try:
             if resource_version is None:
-                items, resource_version = await _list(list_call, params)
+                items, resource_version = await _list(list_call, params, pack)
                 yield Listed(items, int(resource_version))
                 failures = 0
             async for event in _stream(list_call, resource_version, params):
@@ -108,9 +123,12 @@ async def watch(
             await asyncio.sleep(delay)
 
 
-async def _list(list_call: ListCall, params: dict[str, Any]) -> tuple[list[Json], str]:
-    """Every object, page by page, and the resourceVersion of the snapshot."""
-    items: list[Json] = []
+async def _list(
+    list_call: ListCall, params: dict[str, Any], pack: Pack | None = None
+) -> tuple[list[Any], str]:
+    """Every object (or what `pack` makes of it), page by page, and the resourceVersion of the
+    snapshot."""
+    items: list[Any] = []
     token = ""
     while True:
         paging: dict[str, Any] = {"limit": LIST_PAGE}
@@ -121,7 +139,7 @@ async def _list(list_call: ListCall, params: dict[str, Any]) -> tuple[list[Json]
         for item in body.get("items", []):
             item.setdefault("kind", kind)  # list items carry no kind; watch events do
             _lean(item)
-            items.append(item)
+            items.append(item if pack is None else pack(item))
         metadata = body.get("metadata") or {}
         token = metadata.get("continue") or ""
         if not token:

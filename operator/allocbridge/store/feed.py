@@ -103,7 +103,8 @@ class StoreFeed:
     async def run(self) -> None:
         streams: list[tuple[str, AsyncIterator[Listed | Changed]]] = []
         for namespace in self.namespaces or (None,):
-            streams.append((f"allocations/{namespace}", self.watches.allocations(namespace)))
+            allocs = self.watches.allocations(namespace, pack=_keyed)
+            streams.append((f"allocations/{namespace}", allocs))
             streams.append((f"pods/{namespace}", self.watches.pods(namespace, MANAGED_SELECTOR)))
         self._expected = {name for name, _ in streams}
         await asyncio.gather(*(self._consume(name, stream) for name, stream in streams))
@@ -121,15 +122,17 @@ class StoreFeed:
         target: dict[Key, Any] = self.allocs if is_allocs else self.pods
         for key in [k for k in target if namespace == "None" or k[0] == namespace]:
             del target[key]
-        fresh = {_key(item): item for item in listed.items}
-        for key, item in fresh.items():
-            target[key] = _packed(item) if is_allocs else item
+        for item in listed.items:
+            if isinstance(item, tuple):  # an Allocation the watch packed (see `run`)
+                key, packed = item
+                target[key] = packed
+            else:
+                target[_key(item)] = _packed(item) if is_allocs else item
         self._listed.add(name)
         if self._listed >= self._expected:
-            if not is_allocs:
-                fresh = {}
+            # One object at a time from its JSON, so they never all exist as dicts.
             rendered = [
-                self._render(fresh.get(key) or orjson.loads(packed), self.pods.get(key))
+                self._render(orjson.loads(packed), self.pods.get(key))
                 for key, packed in self.allocs.items()
             ]
             self.store.replace_all(rendered, listed.resource_version)
@@ -178,6 +181,11 @@ class StoreFeed:
 def _key(obj: Mapping[str, Any]) -> Key:
     meta = obj["metadata"]
     return str(meta.get("namespace", "")), str(meta["name"])
+
+
+def _keyed(obj: Mapping[str, Any]) -> tuple[Key, bytes]:
+    """A listed Allocation as the feed keeps it: its key and its JSON."""
+    return _key(obj), _packed(obj)
 
 
 def _packed(obj: Mapping[str, Any]) -> bytes:
