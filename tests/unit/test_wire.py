@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import copy
+import json
 import re
 from pathlib import Path
 from typing import Any
@@ -11,7 +12,15 @@ import yaml
 
 from allocbridge.model.spec import parse_spec
 from allocbridge.model.status import derive, rfc3339
-from allocbridge.model.wire import allocation, checks, eval_id, pod_view, services, task_event
+from allocbridge.model.wire import (
+    allocation,
+    checks,
+    eval_id,
+    pod_view,
+    services,
+    task_event,
+    task_state,
+)
 from allocbridge.store import StoredAllocation
 from allocbridge.store.stubs import ALLOCATION_ZERO
 
@@ -269,3 +278,14 @@ def test_checks_not_run_yet_are_waiting_to_run() -> None:
         assert {(c["Status"], c["Output"]) for c in results} == {
             ("pending", "nomad: waiting to run")
         }
+
+
+def test_repeated_strings_are_one_object_across_allocations() -> None:
+    """Event texts and states repeat across thousands of stored allocations: each rendering
+    shares one string object (decoded JSON gives every one a copy of its own)."""
+    raw = '{"state": "running", "events": [{"type": "Started", "message": "Task started"}]}'
+    first, second = task_state(json.loads(raw)), task_state(json.loads(raw))
+    assert first == second
+    assert first["State"] is second["State"]
+    assert first["Events"][0]["Message"] is second["Events"][0]["Message"]
+    assert first["Events"][0]["Type"] is second["Events"][0]["Type"]

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import functools
 import hashlib
+import sys
 import uuid
 from collections.abc import Mapping
 from typing import Any
@@ -106,13 +107,22 @@ def eval_id(alloc_id: str) -> str:
     return str(uuid.uuid5(_NAMESPACE, f"eval/{alloc_id}"))
 
 
+def shared(value: Any) -> Any:
+    """A string as the one object every equal string is (`sys.intern`), anything else as is.
+
+    Event types and messages, task states and node names repeat across thousands of stored
+    allocations, each decoded from JSON as a string of its own (about 1 KB per allocation).
+    """
+    return sys.intern(value) if type(value) is str else value
+
+
 def task_event(event: Mapping[str, Any]) -> Json:
     out = dict(_EVENT_ZERO)
     details: dict[str, str] = {}
     for key, value in event.items():
-        out[pascal(key)] = value
+        out[pascal(key)] = shared(value)
         if key in _DETAIL_KEYS and value not in (None, ""):
-            details[_DETAIL_KEYS[key]] = (
+            details[_DETAIL_KEYS[key]] = shared(
                 str(value).lower() if isinstance(value, bool) else str(value)
             )
     out["Details"] = details
@@ -121,7 +131,7 @@ def task_event(event: Mapping[str, Any]) -> Json:
 
 def task_state(state: TaskState) -> Json:
     return {
-        "State": state.get("state", TASK_PENDING),
+        "State": shared(state.get("state", TASK_PENDING)),
         "Failed": bool(state.get("failed", False)),
         "Restarts": int(state.get("restarts", 0)),
         "LastRestart": state.get("lastRestart"),
@@ -204,11 +214,11 @@ def allocation(
         "Name": spec.alloc_name
         if spec
         else f"{raw_job.get('id', '')}.{raw_group.get('name', '')}[{raw_group.get('index', 0)}]",
-        "NodeID": status.get(NODE_ID, ""),
-        "NodeName": status.get(NODE_NAME, ""),
+        "NodeID": shared(status.get(NODE_ID, "")),
+        "NodeName": shared(status.get(NODE_NAME, "")),
         "JobID": raw_job.get("id", ""),
         "TaskGroup": raw_group.get("name", ""),
-        "DesiredStatus": status.get(DESIRED_STATUS, DESIRED_RUN),
+        "DesiredStatus": shared(status.get(DESIRED_STATUS, DESIRED_RUN)),
         "DesiredDescription": status.get(DESIRED_DESCRIPTION, ""),
         "DesiredTransition": {
             key: (status.get(DESIRED_TRANSITION) or {}).get(key[:1].lower() + key[1:])
@@ -220,8 +230,8 @@ def allocation(
                 "MigrateDisablePlacement",
             )
         },
-        "ClientStatus": status.get(CLIENT_STATUS, PENDING),
-        "ClientDescription": status.get(CLIENT_DESCRIPTION, ""),
+        "ClientStatus": shared(status.get(CLIENT_STATUS, PENDING)),
+        "ClientDescription": shared(status.get(CLIENT_DESCRIPTION, "")),
         "TaskStates": {name: task_state(s) for name, s in task_states.items()} or None,
         "AllocStates": None,
         "PreviousAllocation": status.get(PREVIOUS_ALLOCATION, ""),
