@@ -101,3 +101,34 @@ def process_states(kubectl: Any, namespace: str, pod: str, container: str) -> di
         if name not in ("cat",):
             states[name] = state
     return states
+
+
+#: A file name no shell may run (a shell would create `pwned` in its working directory):
+#: `alloc fs` must pass paths as arguments, never as shell text.
+HOSTILE_NAME = "$(touch pwned);`touch pwned` -n x"
+FILES_SCRIPT = f"""
+mkdir -p /alloc/data /local/sub
+printf 'hello\\n' > /alloc/data/hello.txt
+printf '0123456789' > /local/digits.txt
+printf '{{"a":1}}' > /local/conf.json
+printf 'odd' > '/alloc/data/{HOSTILE_NAME}'
+ln -s hello.txt /alloc/data/link
+ln -s /etc/passwd /local/passwd
+ln -s ../../etc /alloc/data/up
+i=0
+while true; do
+    i=$((i + 1))
+    echo "out $i"
+    echo "err $i" >&2
+    echo "line $i" >> /alloc/data/grow.log
+    sleep 1
+done
+"""
+
+
+def files_task(name: str = "main", **fields: Any) -> dict[str, Any]:
+    """A task that lays out files for `alloc fs` (`FILES_SCRIPT`: text, JSON, a file with a
+    hostile name, symlinks inside and out of their directory, a growing log) and writes
+    `out N` to stdout and `err N` to stderr each second."""
+    config = {"image": IMAGE, "command": "sh", "args": ["-c", FILES_SCRIPT]}
+    return {"name": name, "driver": "docker", "config": config, **fields}

@@ -9,8 +9,9 @@ tests/cluster/scripted.py). On failure the assertion carries the Go output.
 
 Two namespaces: READ holds three allocations that nothing changes (list, paging, filter,
 info, services, checks), on kwok's node; ACT holds one allocation per action (signal, restart,
-pause, exec, stop), on the real node, where the actions reach real processes. The ACL step has
-a third namespace, also on the real node, and an operator of its own with ACLs enabled.
+pause, exec, stop) and one for `alloc fs`, logs and stats, on the real node, where the actions
+reach real processes. The ACL step has a third namespace, also on the real node, and an
+operator of its own with ACLs enabled.
 
 The first `go test` downloads the module's dependencies through the Go module proxy and
 compiles them (GOFLAGS=-mod=readonly: go.sum is committed); the `go_tests` fixture does that
@@ -39,7 +40,7 @@ from running_operator import (
     real_node_annotations,
     service_account_kubeconfig,
 )
-from scripted import IMAGE, process_states, scripted_task, trapped_signals
+from scripted import IMAGE, files_task, process_states, scripted_task, trapped_signals
 
 from allocbridge_localcluster.kubectl import eventually
 
@@ -192,6 +193,7 @@ ACT_ALLOCS: dict[str, dict[str, Any]] = {
     "pz": {"tasks": [scripted_task(traps=("CONT",))]},  # a resumed process gets SIGCONT
     "ex": {"tasks": [scripted_task()]},
     "stopme": {"group": {"shutdownDelay": "10s"}, "tasks": [scripted_task()]},
+    "files": {"tasks": [files_task()]},
 }
 
 
@@ -333,6 +335,16 @@ def test_logs_jobs_and_stats(world: World, tmp_path: Path) -> None:
             GOCLIENT_LOG=want,
             GOCLIENT_STATS_ERROR="Unexpected response code: 501",
         ),
+    )
+
+
+def test_alloc_fs_logs_and_stats_on_the_real_node(world: World) -> None:
+    """`alloc fs` (Stat, List, Cat, ReadAt, Stream), `alloc logs -f` on stdout and stderr from
+    the start and from the end, `alloc status`'s usage and `-job`'s PrefixList, on a real
+    container (scripted.files_task)."""
+    step(
+        "TestAllocFSRealNode",
+        world.env(world.act, GOCLIENT_ALLOC=world.ids["files"], GOCLIENT_JOB="files"),
     )
 
 
