@@ -11,13 +11,14 @@ from typing import Any
 
 import pytest
 from aiohttp.test_utils import TestClient, TestServer
-from allocations_fixture import SAMPLE, sample_store
+from allocations_fixture import SAMPLE, sample_store, stored
 
 from allocbridge.api.context import PodClients
 from allocbridge.api.server import create_app
 from allocbridge.auth import AllowAll, Caller, Capability, PermissionDeniedError
 from allocbridge.cluster.podexec import PodExecutor
 from allocbridge.cluster.podfs import PodFiles
+from allocbridge.store import AllocationStore
 from allocbridge.telemetry import Metrics
 
 RUNNING = SAMPLE[0][0]  # task "server", running
@@ -42,12 +43,14 @@ class Only:
         return None
 
 
-async def serve(*, files: bool = True, authorizer: Any = None) -> TestClient[Any, Any]:
+async def serve(
+    *, files: bool = True, authorizer: Any = None, store: AllocationStore | None = None
+) -> TestClient[Any, Any]:
     # No Kubernetes behind the files: an exec would fail, which these tests never reach.
     pods = PodClients(files=PodFiles(PodExecutor(lambda: None)) if files else None)
     app = create_app(
         Metrics(),
-        store=sample_store(),
+        store=store or sample_store(),
         authorizer=authorizer or AllowAll(),
         sync_timeout=1.0,
         pods=pods,
@@ -154,6 +157,28 @@ async def test_without_a_file_reader_the_answer_says_so() -> None:
         assert (response.status, await response.text()) == (
             503,
             "alloc fs is not available: no Kubernetes exec client",
+        )
+    finally:
+        await client.close()
+
+
+async def test_files_of_a_task_that_does_not_run_are_a_409() -> None:
+    """`web` waits to start: its files are a 409; once `side` has stopped too, so is alloc/."""
+    alloc = stored(UNKNOWN, tasks=("web", "side"))
+    alloc.wire["TaskStates"]["web"]["State"] = "pending"
+    store = AllocationStore()
+    store.replace_all([alloc], 10)
+    client = await serve(store=store)
+    try:
+        response = await client.get(f"/v1/client/fs/ls/{UNKNOWN}?path=web/local")
+        assert (response.status, await response.text()) == (409, 'task "web" is not running.')
+        response = await client.get(f"/v1/client/fs/ls/{UNKNOWN}?path=web")
+        assert response.status == 409
+        alloc.wire["TaskStates"]["side"]["State"] = "dead"
+        response = await client.get(f"/v1/client/fs/cat/{UNKNOWN}?path=alloc/data/x")
+        assert (response.status, await response.text()) == (
+            409,
+            "no task of the allocation is running: alloc/ is read inside one",
         )
     finally:
         await client.close()
