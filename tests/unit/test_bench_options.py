@@ -27,6 +27,14 @@ def test_defaults_are_the_issues_scale() -> None:
     assert "reads" in options.sections
     assert "scale" not in options.sections  # minutes of creating allocations: on request
     assert options.scale_allocations == 50_000
+    assert "logs" in options.sections
+    assert (options.logs_mb, options.logs_runs) == (8.0, 3)
+
+
+def test_a_log_kubelet_would_rotate_is_refused(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit):
+        parse_args(["--logs-mb", "12"])
+    assert "--logs-mb must be above 0 and at most 9.5" in capsys.readouterr().err
 
 
 def test_the_scale_section_runs_on_request() -> None:
@@ -53,6 +61,7 @@ def test_the_writes_diagnostic_runs_on_request() -> None:
         "--keystrokes",
         "--shell-sessions",
         "--scale-allocations",
+        "--logs-runs",
     ],
 )
 def test_a_count_below_one_is_refused_by_name(
