@@ -1,8 +1,8 @@
 """What handlers share, kept on the application under one typed key (no module globals).
 
-`create_app` (api/server.py) builds it from everything the endpoints need, the streaming ones
-(exec, logs, fs, stats) included: the store, the authorizer, the actions, the Kubernetes
-clients that reach into pods and nodes, and the bookkeeping of the streams in progress.
+`create_app` (api/server.py) builds it from everything the endpoints need, the client
+endpoints included: the store, the authorizer, the actions, the Kubernetes clients that reach
+into pods (exec, fs, logs) and nodes (stats), and the bookkeeping of the streams in progress.
 """
 
 from __future__ import annotations
