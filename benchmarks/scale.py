@@ -8,8 +8,8 @@ store sections' standby replica once they are done, so it starts at `--allocatio
    section's request, sequential, one connection) at 10,000, by two clients: one that counts
    the body's bytes as they arrive (as a client decoding while it reads, Go's `json.Decoder`),
    which the goal binds, and aiohttp's `read()` of the whole body (the listing section's
-   client), shown beside it: a body above 32 MB is a fresh mmap for every read, whose page
-   faults make that client's own time grow faster than the body;
+   client), shown beside it: that client's own time grows faster than the body (likely the
+   page faults of a fresh mmap for every body above glibc's 32 MB threshold; not traced);
 2. `--scale-allocations` minus those created the same way (status included), the replica's
    store growing through its watch; its RSS then, and kube-apiserver's;
 3. the same lists' p50 at 50,000: goal at most 5x the 10,000 figure (counting client);
@@ -162,7 +162,7 @@ def rows(f: Figures) -> list[Row]:
                 "ms",
                 f"the same at {small}",
                 f.whole_small.latencies.ms(50),
-                note="no goal: aiohttp read(); above 32 MB each body is a fresh mmap",
+                note="no goal: aiohttp read(), the client's own cost grows faster than the body",
             )
         )
     result += [
