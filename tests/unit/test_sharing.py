@@ -55,3 +55,10 @@ def test_the_table_starts_over_at_its_limit() -> None:
     assert len(shared) == 1
     again = shared.canonical({"a": 1})
     assert again is not first and again == first
+
+
+def test_the_desired_transition_is_shared_too() -> None:
+    shared = SharedParts()
+    first = shared.share({"DesiredTransition": {"Migrate": None, "Reschedule": None}})
+    second = shared.share({"DesiredTransition": {"Migrate": None, "Reschedule": None}})
+    assert second["DesiredTransition"] is first["DesiredTransition"]

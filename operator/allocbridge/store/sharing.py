@@ -19,8 +19,10 @@ from allocbridge.store import encoding
 
 Json = dict[str, Any]
 
-#: Top-level wire fields that are functions of the spec (and the pod's address and ports).
+#: Top-level wire fields that are functions of the spec (and the pod's address and ports), and
+#: the desired transition, nearly always all null.
 SHARED_FIELDS: Final = (
+    "DesiredTransition",
     "Metrics",
     "Resources",
     "SharedResources",
