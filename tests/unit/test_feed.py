@@ -155,22 +155,30 @@ def with_uid(uid: str, generation: int = 1) -> dict[str, Any]:
     return obj
 
 
-def test_a_spec_is_parsed_once_per_uid_and_generation() -> None:
+def with_image(uid: str, image: str) -> dict[str, Any]:
+    obj = with_uid(uid)
+    obj["spec"]["tasks"][0]["config"]["image"] = image
+    return obj
+
+
+def test_a_spec_is_parsed_once_per_content() -> None:
     specs = RecentSpecs()
     first = specs.usable(with_uid("a"))
     assert first is not None
     assert specs.usable(with_uid("a")) is first, "a status change parses nothing again"
-    assert specs.usable(with_uid("a", generation=2)) is not first
-    assert specs.usable(with_uid("b")) is not first
+    assert specs.usable(with_uid("b")) is first, "nor another allocation of an equal spec"
+    changed = specs.usable(with_image("a", "busybox:1.37"))
+    assert changed is not None and changed is not first
+    assert changed.tasks[0].config.image == "busybox:1.37"
 
 
 def test_only_the_most_recently_used_specs_are_kept() -> None:
     specs = RecentSpecs(limit=2)
-    a, b = specs.usable(with_uid("a")), specs.usable(with_uid("b"))
-    assert specs.usable(with_uid("a")) is a  # a is now the most recent
-    specs.usable(with_uid("c"))  # and b, the oldest, goes
-    assert specs.usable(with_uid("a")) is a
-    assert specs.usable(with_uid("b")) is not b
+    a, b = specs.usable(with_image("a", "a:1")), specs.usable(with_image("b", "b:1"))
+    assert specs.usable(with_image("a", "a:1")) is a  # a is now the most recent
+    specs.usable(with_image("c", "c:1"))  # and b, the oldest, goes
+    assert specs.usable(with_image("a", "a:1")) is a
+    assert specs.usable(with_image("b", "b:1")) is not b
 
 
 def test_an_invalid_spec_is_not_usable() -> None:

@@ -25,6 +25,7 @@ from allocbridge.model import wire
 from allocbridge.model.pods import MANAGED_SELECTOR, owning_allocation
 from allocbridge.model.spec import AllocationSpec
 from allocbridge.model.validation import parse_and_validate
+from allocbridge.store import encoding
 from allocbridge.store.allocation import StoredAllocation
 from allocbridge.store.memory import AllocationStore
 from allocbridge.store.sharing import SharedParts
@@ -42,20 +43,21 @@ def usable_spec(obj: Mapping[str, Any]) -> AllocationSpec | None:
 
 
 class RecentSpecs:
-    """The usable specs of the allocations that changed last, so the status writes that follow
-    an allocation's start (several within seconds) do not parse its spec again each time.
+    """The usable specs parsed last, by the spec's content: the status writes that follow an
+    allocation's start (several within seconds) and the allocations of one task group (their
+    specs are equal) do not parse and validate it again (a third of a render; 50,000 of them
+    at a replica's start).
 
-    A spec does not change under one uid and generation (the CRD refuses changes). Bounded:
-    keeping all 10,000 specs of a large store added 66 MB.
+    The parse depends on nothing but the spec. Bounded: keeping all 10,000 specs of a large
+    store added 66 MB.
     """
 
     def __init__(self, limit: int = 512) -> None:
         self.limit = limit
-        self._specs: OrderedDict[tuple[str, int], AllocationSpec | None] = OrderedDict()
+        self._specs: OrderedDict[bytes, AllocationSpec | None] = OrderedDict()
 
     def usable(self, obj: Mapping[str, Any]) -> AllocationSpec | None:
-        meta = obj["metadata"]
-        key = (str(meta.get("uid", "")), int(meta.get("generation") or 0))
+        key = encoding.compact(obj.get("spec") or {})
         if key in self._specs:
             self._specs.move_to_end(key)
             return self._specs[key]
