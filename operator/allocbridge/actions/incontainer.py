@@ -67,6 +67,11 @@ class InContainer(AllocationRecords):
                 ) from exc
             raise NomadError(500, f'cannot run {argv[0]} in task "{task}": {text}') from exc
 
+    async def stopped_since(self, target: Target, task: str, since: float) -> bool:
+        """Whether the task's container ended, restarted or lost its pod since `since` (Unix
+        seconds): asked after a failed exec, to tell a task that is not running from a fault."""
+        return not await self._ran_throughout(target, task, since)
+
     async def _ran_throughout(self, target: Target, task: str, since: float) -> bool:
         """Whether the task's container has run since `since` (Unix seconds) and still runs,
         in a pod that is not being deleted. The kubelet reports an exit a second or two late,

@@ -46,6 +46,7 @@ from urllib.parse import urlsplit
 
 from aiohttp import WSCloseCode, WSMsgType, web
 
+from allocbridge.actions.lifecycle import Target
 from allocbridge.api.context import Streams, context, synced_store
 from allocbridge.api.errors import Failure, NomadError, failure
 from allocbridge.api.ids import parse_alloc_id
@@ -289,6 +290,7 @@ async def _session(
     except FrameError as exc:
         raise _CloseError(POLICY_VIOLATION, str(exc)) from None
     namespace, pod = await _authorize_and_locate(request, Caller(token=token), task)
+    began = time.time()
     try:
         async with executor.open(namespace, pod, task, command, tty=tty) as stream:
             where = {"allocation": request.match_info["alloc_id"], "task": task, "tty": tty}
@@ -318,7 +320,18 @@ async def _session(
         log.debug("Kubernetes refused the exec", extra={"error": exc.message})
         raise _CloseError(POLICY_VIOLATION, f"task {go_quote(task)} is not running.") from None
     except KubernetesError as exc:
+        if await _stopped_since(request, Target(namespace, pod, ""), task, began):
+            log.info("the task stopped under an exec", extra={"task": task, "error": exc.message})
+            raise _CloseError(POLICY_VIOLATION, f"task {go_quote(task)} is not running.") from None
         raise _CloseError(INTERNAL_ERROR, exc.message) from None
+
+
+async def _stopped_since(request: web.Request, target: Target, task: str, since: float) -> bool:
+    """Whether the task stopped (its container ended or restarted, its pod went) since the
+    exec was asked for: a runtime or the API server reports that in many ways (a 500 upgrade,
+    a failed exec, a stream cut without an exit status), which are then no fault."""
+    actions = context(request).actions.current
+    return actions is not None and await actions.stopped_since(target, task, since)
 
 
 async def _read_handshake(client: _ClientSocket, header: str | None) -> str | None:
