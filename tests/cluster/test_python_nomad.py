@@ -4,9 +4,10 @@ Every allocation call the library offers: `allocations.get_allocations` (prefix,
 per_page, next_token, namespace, resources, task_states, reverse) and the `len`/`iter` of
 `allocations`; `allocation.get_allocation`, `in`, `[]` and `stop_allocation` (then
 `evaluation.get_evaluation` and `get_allocations` for the stop's evaluation);
-`client.allocation.signal_allocation`, `restart_allocation` and `read_allocation_stats`; and
-`client.gc_allocation.garbage_collect`. python-nomad raises by status: 400
-`BadRequestNomadException`, 403 `URLNotAuthorizedNomadException`, 404
+`client.allocation.signal_allocation`, `restart_allocation` and `read_allocation_stats`;
+`client.gc_allocation.garbage_collect`; and `alloc fs` and logs: `client.ls`, `stat`, `cat`,
+`read_at` and `stream_logs` (not `stream_file`, which always follows). python-nomad raises by
+status: 400 `BadRequestNomadException`, 403 `URLNotAuthorizedNomadException`, 404
 `URLNotFoundNomadException`, 409 `VariableConflict` (its name for any 409), anything else
 `BaseNomadException`; each carries the response, whose text is allocbridge's (Nomad's) message.
 
@@ -23,6 +24,8 @@ from the node's kubelet.
 
 from __future__ import annotations
 
+import base64
+import json
 import time
 import uuid
 from collections.abc import Iterator
@@ -39,7 +42,7 @@ from running_operator import (
     quick_allocation,
     real_node_annotations,
 )
-from scripted import IMAGE, scripted_task, trapped_signals
+from scripted import IMAGE, files_task, scripted_task, trapped_signals
 
 from allocbridge_localcluster.kubectl import eventually
 
@@ -48,6 +51,7 @@ pytestmark = pytest.mark.cluster
 UNKNOWN = "0f0f0f0f-0000-4000-8000-000000000000"
 READ = ("pa", "pb", "pc")  # allocations nothing changes
 ACT = ("psig", "prst", "pstop")
+FILES = ("pfiles",)  # alloc fs and logs, in a namespace of its own
 
 
 #: The task of every allocation but `psig`: tini above `sleep`, which a forwarded TERM ends.
@@ -66,6 +70,7 @@ class World:
     kubectl: Any
     read: str
     act: str
+    files: str
     ids: dict[str, str] = field(default_factory=dict)
 
     def signals(self, name: str) -> list[str]:
@@ -97,19 +102,27 @@ def _wait_running(w: World, namespace: str, name: str) -> str:
 
 @pytest.fixture(scope="module")
 def world(operator: Operator, cluster: Any, kubectl: Any) -> Iterator[World]:
-    """Three allocations to read and three to act on, each in a namespace of the real node."""
+    """Three allocations to read, three to act on and one with files, each group in a
+    namespace of the real node."""
     suffix = uuid.uuid4().hex[:6]
-    w = World(operator, kubectl, read=f"py-read-{suffix}", act=f"py-act-{suffix}")
+    w = World(
+        operator,
+        kubectl,
+        read=f"py-read-{suffix}",
+        act=f"py-act-{suffix}",
+        files=f"py-files-{suffix}",
+    )
     annotations = real_node_annotations(cluster)
     made: list[Iterator[str]] = []  # each deletes its namespace when resumed
     try:
-        for namespace, names in ((w.read, READ), (w.act, ACT)):
+        groups = ((w.read, READ), (w.act, ACT), (w.files, FILES))
+        for namespace, names in groups:
             made.append(make_namespace(kubectl, namespace, annotations))
             next(made[-1])
             for name in names:
-                task = SIGNALLED if name == "psig" else IDLE
+                task = {"psig": SIGNALLED, "pfiles": files_task()}.get(name, IDLE)
                 kubectl.apply(quick_allocation(name, namespace, tasks=[task]))
-        for namespace, names in ((w.read, READ), (w.act, ACT)):
+        for namespace, names in groups:
             for name in names:
                 w.ids[name] = _wait_running(w, namespace, name)
         yield w
@@ -286,6 +299,64 @@ def test_stats_are_the_node_s_and_gc_is_not_served(world: World, act: Any) -> No
     )
     gc = act.client.gc_allocation.garbage_collect
     assert raised(exceptions.URLNotFoundNomadException, gc, alloc_id) == "resource not found"
+
+
+# -- client fs: alloc fs and logs ----------------------------------------------------------------
+
+
+@pytest.fixture
+def files(world: World, monkeypatch: pytest.MonkeyPatch) -> Any:
+    for name in ("NOMAD_ADDR", "NOMAD_TOKEN", "NOMAD_NAMESPACE", "NOMAD_REGION"):
+        monkeypatch.delenv(name, raising=False)
+    client = client_for(world, world.files)
+    alloc_id = world.ids["pfiles"]
+    eventually(  # the task lays out its files as it starts
+        lambda: any(
+            f["Name"] == "grow.log" for f in client.client.ls.list_files(alloc_id, "alloc/data")
+        ),
+        what="the task's files",
+    )
+    return client
+
+
+def test_fs_list_stat_cat_and_read_at(world: World, files: Any) -> None:
+    """`client.ls`, `stat`, `cat` and `read_at` (`stream_file` is left out: it cannot ask for
+    `follow=false`, so its request never ends, against Nomad as here)."""
+    alloc_id = world.ids["pfiles"]
+    assert [f["Name"] for f in files.client.ls.list_files(alloc_id)] == ["alloc", "main"]
+    listed = {f["Name"]: f for f in files.client.ls.list_files(alloc_id, "main/local")}
+    assert listed["digits.txt"]["Size"] == 10 and listed["sub"]["IsDir"]
+    info = files.client.stat.stat_file(alloc_id, "main/local/conf.json")
+    assert (info["Name"], info["Size"], info["ContentType"]) == ("conf.json", 7, "application/json")
+    assert files.client.cat.read_file(alloc_id, "alloc/data/hello.txt") == "hello\n"
+    read_at = files.client.read_at.read_file_offset
+    assert read_at(alloc_id, 2, 3, "main/local/digits.txt") == "234"
+    text = raised(exceptions.URLNotFoundNomadException, files.client.stat.stat_file, alloc_id, "x")
+    assert text == "stat x: no such file or directory"
+    text = raised(
+        exceptions.BadRequestNomadException,
+        files.client.cat.read_file,
+        alloc_id,
+        "main/local/passwd",
+    )
+    assert text == "Path escapes the alloc directory"
+
+
+def test_stream_logs_stdout_and_stderr(world: World, files: Any) -> None:
+    """`client.stream_logs` without follow: plain text, and Nomad's frames; each type its own."""
+    alloc_id = world.ids["pfiles"]
+    logs = files.client.stream_logs.stream
+    stdout = eventually(
+        lambda: (text := logs(alloc_id, "main", "stdout", plain=True)).count("\n") >= 2 and text,
+        what="two lines of stdout",
+    )
+    assert stdout.startswith("out 1\nout 2\n") and "err" not in stdout
+    stderr = logs(alloc_id, "main", "stderr", plain=True)
+    assert stderr.startswith("err 1\nerr 2\n") and "out" not in stderr
+    framed = logs(alloc_id, "main", "stderr", offset=4, origin="start")
+    frame = json.loads(framed[: framed.index("}") + 1])
+    assert frame["File"] == "alloc/logs/main.stderr.0"
+    assert base64.b64decode(frame["Data"]).startswith(b"1\nerr 2\n")
 
 
 # -- stop -------------------------------------------------------------------------------------
