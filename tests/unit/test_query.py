@@ -18,6 +18,7 @@ from allocbridge.api.query import (
     parse_bool_option,
     parse_query,
     parse_stub_fields,
+    wants_pretty,
 )
 from allocbridge.auth import extract_token
 from allocbridge.model.goformat import go_quote, go_unicode
@@ -73,7 +74,6 @@ def test_every_option() -> None:
         reverse=True,
         wait=90.0,
         index=42,
-        pretty=True,
     )
     assert options.blocking
 
@@ -114,8 +114,8 @@ def test_wait_defaults_and_cap(value: str, seconds: float) -> None:
 
 @pytest.mark.parametrize(("value", "pretty"), [("", True), ("1", True), ("0", False)])
 def test_pretty(value: str, pretty: bool) -> None:
-    assert parse_query(q(("pretty", value))).pretty is pretty
-    assert parse_query(q()).pretty is False
+    assert wants_pretty(q(("pretty", value))) is pretty
+    assert wants_pretty(q()) is False
 
 
 def test_per_page_bounds() -> None:

@@ -97,10 +97,6 @@ class InMemoryActions:
         if task_name:
             self._task(target, task_name)
 
-    async def pause_state(self, target: Target, task: str) -> str:
-        self._task(target, task)
-        return "scheduled"
-
     async def set_pause(self, target: Target, task: str, request: str) -> int:
         self._task(target, task)
         return self.store.index

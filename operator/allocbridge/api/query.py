@@ -50,7 +50,6 @@ class QueryOptions:
     reverse: bool = False
     wait: float = DEFAULT_WAIT
     index: int = 0
-    pretty: bool = False
 
     @property
     def blocking(self) -> bool:
@@ -120,7 +119,6 @@ def parse_query(query: MultiMapping[str]) -> QueryOptions:
         reverse=reverse,
         wait=wait,
         index=index,
-        pretty=wants_pretty(query),
     )
 
 
