@@ -394,6 +394,7 @@ class Row:
 READ = frozenset({"read-job"})
 UNKNOWN_NODE = str(uuid.UUID(int=7))
 LIFECYCLE = frozenset({"alloc-lifecycle"})
+READ_FS = frozenset({"read-fs"})
 EXEC = frozenset({"alloc-exec"})
 NODE_EXEC = frozenset({"alloc-exec", "alloc-node-exec"})
 EXEC_PATH = "/v1/client/allocation/{alloc_id}/exec"
@@ -419,6 +420,14 @@ ROWS = [
         query=f"task={TASK}&type=stdout&plain=true",
         any_of=True,
     ),
+    # `alloc fs` needs read-fs. The allocation directory's root is made up (no container is
+    # read), so stat and ls of it answer 200 on kwok too; reading it is the 400 for a directory,
+    # which comes after the capability check, as Nomad's order has it.
+    Row("/v1/client/fs/stat/{alloc_id}", "GET", READ_FS, query="path=/"),
+    Row("/v1/client/fs/ls/{alloc_id}", "GET", READ_FS, query="path=/"),
+    Row("/v1/client/fs/cat/{alloc_id}", "GET", READ_FS, query="path=/", expect=400),
+    Row("/v1/client/fs/readat/{alloc_id}", "GET", READ_FS, query="path=/&offset=0", expect=400),
+    Row("/v1/client/fs/stream/{alloc_id}", "GET", READ_FS, query="path=/", expect=400),
     # A stub for the Go client's exec (always `node not found`): public, it reveals nothing.
     Row("/v1/node/{node_id}", "GET", None, expect=404),
     *(
