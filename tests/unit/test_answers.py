@@ -19,6 +19,7 @@ from allocbridge.api.answers import Answer, AnswerHandler
 from allocbridge.api.errors import INTERNAL_ERROR
 from allocbridge.api.routing import Endpoint, add_endpoints
 from allocbridge.auth import AuthUnavailableError, PermissionDeniedError
+from allocbridge.cluster.errors import UnavailableError
 from allocbridge.model.errors import NomadError
 
 ITEMS = [b'{"A":1,"B":[1.5,"x"]}', b'{"A":2,"B":[]}']
@@ -48,6 +49,10 @@ async def outage(request: web.Request) -> Answer:
     raise AuthUnavailableError("reviews time out")
 
 
+async def kubernetes_gone(request: web.Request) -> Answer:
+    raise UnavailableError("connection refused")
+
+
 async def broken(request: web.Request) -> Answer:
     raise RuntimeError("a bug")
 
@@ -66,6 +71,7 @@ HANDLERS: dict[str, AnswerHandler] = {
     "not_found": not_found,
     "denied": denied,
     "outage": outage,
+    "kubernetes_gone": kubernetes_gone,
     "broken": broken,
     "streamed": streamed,
 }
@@ -144,6 +150,15 @@ async def test_the_authorizers_denial_and_outage_answer_403_and_503(
     assert outage_answer.status == 503
     assert await outage_answer.text() == "ACL check unavailable: reviews time out"
     assert outage_answer.headers["Retry-After"] == "1"
+
+
+async def test_kubernetes_not_answering_is_a_503_to_try_again(
+    client: TestClient[Any, Any],
+) -> None:
+    response = await client.get("/kubernetes_gone")
+    assert response.status == 503
+    assert await response.text() == "Kubernetes unavailable: connection refused"
+    assert response.headers["Retry-After"] == "1"
 
 
 async def test_anything_else_is_a_500_without_internals(client: TestClient[Any, Any]) -> None:

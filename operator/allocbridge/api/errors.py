@@ -2,7 +2,9 @@
 
 Handlers, the query parsers and the actions raise `NomadError(status, message)` with Nomad's
 text; the authorizer's `PermissionDeniedError` (403) and `AuthUnavailableError` (503) escape as
-they are (`auth/base.py` says why they are not status codes). `failure` turns any of them into
+they are (`auth/base.py` says why they are not status codes), and so does `cluster`'s
+`UnavailableError` when Kubernetes did not answer an action (503: trying again may work).
+`failure` turns any of them into
 a `Failure`; `api.answers` sends it as Nomad does (a plain-text body holding exactly the
 message, `text/plain; charset=utf-8`, no trailing newline) and `api.exec`, past its WebSocket
 upgrade, as a close frame. Anything else is an internal fault: logged with its traceback,
@@ -17,6 +19,7 @@ from dataclasses import dataclass, field
 from typing import Final
 
 from allocbridge.auth import AuthUnavailableError, PermissionDeniedError
+from allocbridge.cluster.errors import UnavailableError
 from allocbridge.model.errors import NomadError
 
 __all__ = [
@@ -69,5 +72,14 @@ def failure(exc: Exception) -> Failure:
             level=logging.WARNING,
             event="authorization unavailable",
             detail=exc.reason,
+        )
+    if isinstance(exc, UnavailableError):
+        return Failure(
+            503,
+            f"Kubernetes unavailable: {exc}",
+            {"Retry-After": "1"},
+            level=logging.WARNING,
+            event="kubernetes unavailable",
+            detail=str(exc),
         )
     return Failure(500, INTERNAL_ERROR, level=logging.ERROR, event="internal error", traceback=True)
