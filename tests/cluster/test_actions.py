@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import time
+import urllib.parse
 from typing import Any
 
 import pytest
@@ -631,3 +632,87 @@ def test_actions_racing_a_container_restart_or_a_pod_deletion_get_nomads_answers
     assert not unexpected, unexpected
     refused = [a for a in answers if a[1] == 409]
     assert refused and all(a[2] == "Task not running" for a in refused), answers
+
+
+def exec_answer(operator: Operator, alloc_id: str) -> tuple[int, str, bool]:
+    """The close code and reason of an exec of `echo raced`, and whether its exit frame came."""
+    from websockets.exceptions import ConnectionClosed
+    from websockets.sync.client import connect
+
+    query = urllib.parse.urlencode({"task": "main", "command": '["echo","raced"]'})
+    url = f"ws://{operator.api.removeprefix('http://')}/v1/client/allocation/{alloc_id}/exec"
+    exited = False
+    with connect(f"{url}?{query}", open_timeout=30) as ws:
+        try:
+            while True:
+                frame = json.loads(ws.recv(timeout=30))
+                exited = exited or bool(frame.get("exited"))
+        except ConnectionClosed as closed:
+            if closed.rcvd is None:
+                return 1006, "no close frame", exited
+            return closed.rcvd.code, closed.rcvd.reason, exited
+
+
+def test_restart_and_exec_racing_a_container_restart_or_a_pod_deletion_get_nomads_answers(
+    operator: Operator, kubectl: Any, real_namespace: str
+) -> None:
+    """Restart and exec while the task's container exits (and restarts, also from the
+    restarts themselves), while its pod is deleted, and while its allocation is deleted: a
+    restart answers 200, 409 `Task not running` or 404 `Unknown allocation`; an exec ends
+    with its exit frame and a normal close, or closes with 1008 and Nomad's reason for a task
+    that is not running or an allocation that is gone: never a 500 or a 1011."""
+    ns = real_namespace
+    policy = {"attempts": 10, "interval": "10m", "delay": "1s", "mode": "fail"}
+    task = scripted_task(traps=("USR1", "HUP"))
+    uid = running(
+        kubectl, operator, ns, allocation_manifest("race", ns, restart=policy, tasks=[task])
+    )
+    restarts: list[tuple[int, Any]] = []
+    execs: list[tuple[int, str, bool]] = []
+
+    def act(rounds: int) -> None:
+        for _ in range(rounds):
+            restarts.append(
+                post(operator, f"/v1/client/allocation/{uid}/restart", {"TaskName": "main"})
+            )
+            execs.append(exec_answer(operator, uid))
+
+    def container() -> dict[str, Any]:
+        found: dict[str, Any] = kubectl.json("get", "pod", "race", "-n", ns)["status"]
+        return dict(found["containerStatuses"][0])
+
+    before = container()["restartCount"]
+    end_container(kubectl, ns, "race", "main", 1)
+    act(3)
+    eventually(
+        lambda: container()["restartCount"] > before and "running" in container()["state"],
+        timeout=90,
+        what="the container to run again",
+    )
+    kubectl("delete", "pod", "race", "-n", ns, "--wait=false")
+    act(3)
+    kubectl("delete", "allocation", "race", "-n", ns, "--wait=false")
+    act(2)
+    eventually(
+        lambda: http(f"{operator.api}/v1/allocation/{uid}")[0] == 404,
+        what="the allocation to be gone from the API",
+    )
+    act(1)
+
+    gone = f'Unknown allocation "{uid}"'
+    allowed = {(200, ""), (409, "Task not running"), (404, gone)}
+    unexpected = [r for r in restarts if (r[0], "" if r[0] == 200 else r[1]) not in allowed]
+    assert not unexpected, restarts
+    reasons = {'task "main" is not running.', 'task "main" not started yet.', gone}
+    bad_execs = [
+        e
+        for e in execs
+        if not (e[0] == 1000 and e[2])
+        and not (
+            e[0] == 1008
+            and (e[1] in reasons or e[1].startswith("exec not possible, client status"))
+        )
+    ]
+    assert not bad_execs, execs
+    assert any(r[0] == 409 for r in restarts), f"no restart met a stopped task: {restarts}"
+    assert restarts[-1] == (404, gone) and execs[-1][:2] == (1008, gone)
