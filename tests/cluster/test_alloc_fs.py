@@ -229,3 +229,24 @@ def test_the_real_kubelet_serves_stdout_and_stderr_apart(
     stdout, stderr = eventually(both, what="two lines of each stream")
     assert stdout.startswith(b"out 1\nout 2\n") and b"err" not in stdout, stdout
     assert stderr.startswith(b"err 1\nerr 2\n") and b"out" not in stderr, stderr
+
+
+def test_an_image_without_a_shell_is_told_apart_from_a_fault(
+    operator: Operator, kubectl: Any, files_namespace: str
+) -> None:
+    """The sandbox image has tini and BusyBox but no `sh`: alloc fs cannot read inside it, and
+    says so with a 501 naming what it needs, not an internal 500."""
+    task = {"name": "main", "driver": "docker", "config": {"image": "allocbridge.local/pause:3.10"}}
+    kubectl.apply(quick_allocation("toolless", files_namespace, tasks=[task]))
+    uid = str(
+        kubectl.json("get", "allocation", "toolless", "-n", files_namespace)["metadata"]["uid"]
+    )
+
+    def running() -> bool:
+        status, body, _ = http(f"{operator.api}/v1/allocation/{uid}")
+        return status == 200 and json.loads(body)["ClientStatus"] == "running"
+
+    eventually(running, timeout=120, what="the shell-less task to run")
+    status, body = fs(operator, "cat", uid, path="main/local/anything")
+    assert status == 501, body
+    assert b"sh" in body and b'task "main"' in body, body

@@ -143,9 +143,9 @@ def _error(exc: FsError, location: allocfs.Location, container: str) -> NomadErr
         return NomadError(400, f"readdir {location.path}: not a directory")
     if exc.code == IS_A_DIRECTORY:
         return NomadError(400, f"file {go_quote(location.path)} is a directory")
-    if exc.code == NO_COMMAND:
+    if exc.code == NO_COMMAND:  # not a fault of ours: this image cannot do it
         return NomadError(
-            500,
+            501,
             f"the container of task {go_quote(container)} lacks a tool alloc fs runs "
             f"(sh, realpath, stat, head, tail, cat): {exc.message}",
         )

@@ -86,6 +86,9 @@ NOT_A_DIRECTORY: Final = 47
 IS_A_DIRECTORY: Final = 48
 #: The shell's code for a command it cannot find (a container without the tools).
 NO_COMMAND: Final = 127
+#: What the runtime says when the container has no `sh` at all (Go's os/exec text, which runc
+#: and crun pass on): the same lack of a tool, found before the script could start.
+NO_EXECUTABLE: Final = "executable file not found"
 #: Bytes of stderr kept for an error message.
 STDERR_KEPT: Final = 4096
 
@@ -246,4 +249,5 @@ class PodFiles:
         except (NotFoundError, ContainerNotRunningError) as exc:
             raise FsError(exc.message, not_running=True) from exc
         except KubernetesError as exc:
-            raise FsError(exc.message) from exc
+            code = NO_COMMAND if NO_EXECUTABLE in exc.message else None
+            raise FsError(exc.message, code=code) from exc
