@@ -25,7 +25,7 @@ import ssl
 import subprocess
 import sys
 import time
-from collections.abc import AsyncIterator, Callable, Mapping
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Final
@@ -55,6 +55,19 @@ _LABEL: Final = re.compile(r'(\w+)="([^"]*)"')
 
 class BenchError(RuntimeError):
     """A step of the suite could not be done; the message says which."""
+
+
+def fetch_body(session: aiohttp.ClientSession, url: str) -> Callable[[], Awaitable[int]]:
+    """One GET of `url` that must answer 200, as a bench's request: returns the body's size."""
+
+    async def fetch() -> int:
+        async with session.get(url) as response:
+            body = await response.read()
+            if response.status != 200:
+                raise BenchError(f"GET {url}: {response.status} {body[:200]!r}")
+            return len(body)
+
+    return fetch
 
 
 def log(message: str) -> None:

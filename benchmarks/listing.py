@@ -24,7 +24,7 @@ from typing import Any, Final
 
 from kubernetes_asyncio import client, config
 
-from benchmarks.harness import Bench, BenchError, OperatorProcess, log
+from benchmarks.harness import Bench, BenchError, OperatorProcess, fetch_body, log
 from benchmarks.population import JOB_LABEL
 from benchmarks.table import Row, below, faster_than, mb, rate_times
 from benchmarks.timing import Fetch, Series, closed_loop_rate, latency_series, timed_in_thread
@@ -45,16 +45,9 @@ class ListingOptions:
 
 
 def ours(bench: Bench, replica: OperatorProcess, extra: str = "") -> Fetch:
-    url = f"{replica.api}/v1/allocations?namespace=*&task_states=false{extra}"
-
-    async def fetch() -> int:
-        async with bench.http.get(url) as response:
-            body = await response.read()
-            if response.status != 200:
-                raise BenchError(f"GET {url}: {response.status} {body[:200]!r}")
-            return len(body)
-
-    return fetch
+    return fetch_body(
+        bench.http, f"{replica.api}/v1/allocations?namespace=*&task_states=false{extra}"
+    )
 
 
 async def admin_client(bench: Bench) -> client.ApiClient:

@@ -19,20 +19,18 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Final
 
-from benchmarks.harness import Bench, BenchError, OperatorProcess, log
+from benchmarks.harness import Bench, OperatorProcess, fetch_body, log
 from benchmarks.population import collection
 from benchmarks.table import Latencies, Row, faster_than, rate, rate_times
+from benchmarks.timing import Fetch
 
 SECTION: Final = "Single reads"
 RATE_GOAL: Final = 10.0
 CONCURRENCIES: Final = (4, 32)
 WARMUP: Final = 2
-
-Get = Callable[[], Awaitable[int]]
 
 
 @dataclass(frozen=True)
@@ -43,7 +41,7 @@ class Load:
     per_second: float
 
 
-async def closed_loop(fetch: Get, *, concurrency: int, seconds: float) -> Load:
+async def closed_loop(fetch: Fetch, *, concurrency: int, seconds: float) -> Load:
     """`concurrency` clients, each sending its next request once the last is answered, for
     about `seconds`; every request is timed."""
     await asyncio.gather(*(fetch() for _ in range(concurrency * WARMUP)))
@@ -61,30 +59,12 @@ async def closed_loop(fetch: Get, *, concurrency: int, seconds: float) -> Load:
     return Load(Latencies.of(times), rate(len(times), time.perf_counter() - began))
 
 
-def ours(bench: Bench, replica: OperatorProcess, alloc_id: str) -> Get:
-    url = f"{replica.api}/v1/allocation/{alloc_id}"
-
-    async def fetch() -> int:
-        async with bench.http.get(url) as response:
-            body = await response.read()
-            if response.status != 200:
-                raise BenchError(f"GET {url}: {response.status} {body[:200]!r}")
-            return len(body)
-
-    return fetch
+def ours(bench: Bench, replica: OperatorProcess, alloc_id: str) -> Fetch:
+    return fetch_body(bench.http, f"{replica.api}/v1/allocation/{alloc_id}")
 
 
-def apiserver(bench: Bench, namespace: str, name: str) -> Get:
-    url = f"{bench.api.server}{collection(namespace)}/{name}"
-
-    async def fetch() -> int:
-        async with bench.api.session.get(url) as response:
-            body = await response.read()
-            if response.status != 200:
-                raise BenchError(f"GET {url}: {response.status} {body[:200]!r}")
-            return len(body)
-
-    return fetch
+def apiserver(bench: Bench, namespace: str, name: str) -> Fetch:
+    return fetch_body(bench.api.session, f"{bench.api.server}{collection(namespace)}/{name}")
 
 
 async def measure(
