@@ -12,10 +12,11 @@ from typing import Any
 import pytest
 from aiohttp.test_utils import TestClient, TestServer
 from allocations_fixture import SAMPLE, sample_store, stored
+from authorizers import GrantsOnly
 
 from allocbridge.api.context import PodClients
 from allocbridge.api.server import create_app
-from allocbridge.auth import AllowAll, Caller, Capability, PermissionDeniedError
+from allocbridge.auth import AllowAll
 from allocbridge.cluster.podexec import PodExecutor
 from allocbridge.cluster.podfs import PodFiles
 from allocbridge.store import AllocationStore
@@ -27,20 +28,6 @@ UNKNOWN = "00000000-0000-4000-8000-000000000000"
 PARSE_INT = 'strconv.ParseInt: parsing "{}": invalid syntax'
 PARSE_BOOL = 'strconv.ParseBool: parsing "{}": invalid syntax'
 SECRET = "server/secrets/token"
-
-
-class Only:
-    """Grants `capability` everywhere and nothing else."""
-
-    def __init__(self, capability: str) -> None:
-        self.capability = capability
-
-    async def check(self, caller: Caller, capability: Capability, namespace: str) -> None:
-        if capability != self.capability:
-            raise PermissionDeniedError("no")
-
-    async def allowed_namespaces(self, *args: Any) -> frozenset[str] | None:
-        return None
 
 
 async def serve(
@@ -137,13 +124,13 @@ async def test_the_made_up_directories_need_no_container() -> None:
 
 
 async def test_read_fs_is_the_capability() -> None:
-    client = await serve(authorizer=Only("read-logs"))
+    client = await serve(authorizer=GrantsOnly("read-logs"))
     try:
         response = await client.get(f"/v1/client/fs/ls/{RUNNING}")
         assert (response.status, await response.text()) == (403, "Permission denied")
     finally:
         await client.close()
-    client = await serve(authorizer=Only("read-fs"))
+    client = await serve(authorizer=GrantsOnly("read-fs"))
     try:
         assert (await client.get(f"/v1/client/fs/ls/{RUNNING}")).status == 200
     finally:

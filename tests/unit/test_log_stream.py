@@ -16,6 +16,7 @@ from typing import Any
 import pytest
 from aiohttp.test_utils import TestClient, TestServer
 from allocations_fixture import SAMPLE, sample_store, stored
+from authorizers import GrantsOnly
 from hypothesis import given
 from hypothesis import strategies as st
 from multidict import MultiDict
@@ -29,7 +30,7 @@ from allocbridge.api.logs import (
     pump,
 )
 from allocbridge.api.server import create_app
-from allocbridge.auth import AllowAll, Caller, Capability, PermissionDeniedError
+from allocbridge.auth import AllowAll
 from allocbridge.cluster.errors import KubernetesError, from_status
 from allocbridge.cluster.podlogs import ContainerWaitingError, PodLogReader, Stream
 from allocbridge.model.streamframes import (
@@ -281,20 +282,6 @@ class FixedLog(PodLogReader):
         yield Opened()
 
 
-class LogsOnlyIn:
-    """Grants `capability` everywhere and nothing else."""
-
-    def __init__(self, capability: str) -> None:
-        self.capability = capability
-
-    async def check(self, caller: Caller, capability: Capability, namespace: str) -> None:
-        if capability != self.capability:
-            raise PermissionDeniedError("no")
-
-    async def allowed_namespaces(self, *args: Any) -> frozenset[str] | None:
-        return None
-
-
 async def serve(
     reader: PodLogReader | None, store: AllocationStore | None = None, authorizer: Any = None
 ) -> TestClient[Any, Any]:
@@ -398,7 +385,7 @@ async def test_log_errors() -> None:
     ("capability", "status"), [("read-logs", 200), ("read-fs", 200), ("read-job", 403)]
 )
 async def test_logs_need_read_logs_or_read_fs(capability: str, status: int) -> None:
-    client = await serve(FixedLog(b"x"), authorizer=LogsOnlyIn(capability))
+    client = await serve(FixedLog(b"x"), authorizer=GrantsOnly(capability))
     try:
         assert (await get(client, "task=server&type=stdout"))[0] == status
     finally:
