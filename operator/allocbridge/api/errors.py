@@ -65,21 +65,19 @@ def failure(exc: Exception) -> Failure:
     if isinstance(exc, PermissionDeniedError):
         return Failure(403, PERMISSION_DENIED, event="permission denied", detail=exc.reason)
     if isinstance(exc, AuthUnavailableError):
-        return Failure(
-            503,
-            f"ACL check unavailable: {exc.reason}",
-            {"Retry-After": "1"},
-            level=logging.WARNING,
-            event="authorization unavailable",
-            detail=exc.reason,
-        )
+        return _passing_outage("ACL check unavailable", "authorization unavailable", exc.reason)
     if isinstance(exc, UnavailableError):
-        return Failure(
-            503,
-            f"Kubernetes unavailable: {exc}",
-            {"Retry-After": "1"},
-            level=logging.WARNING,
-            event="kubernetes unavailable",
-            detail=str(exc),
-        )
+        return _passing_outage("Kubernetes unavailable", "kubernetes unavailable", str(exc))
     return Failure(500, INTERNAL_ERROR, level=logging.ERROR, event="internal error", traceback=True)
+
+
+def _passing_outage(what: str, event: str, reason: str) -> Failure:
+    """A 503 asking the client to try again in a second: something below us did not answer."""
+    return Failure(
+        503,
+        f"{what}: {reason}",
+        {"Retry-After": "1"},
+        level=logging.WARNING,
+        event=event,
+        detail=reason,
+    )
