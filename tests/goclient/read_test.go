@@ -174,6 +174,9 @@ func TestInfo(t *testing.T) {
 // TestBlockingQueries: a blocking query (WaitIndex/WaitTime) whose wait runs out answers 200
 // with the same index; blocking List and Info return once the allocation changes, long before
 // their wait runs out. GOCLIENT_ALLOC is a running allocation whose task "main" handles SIGHUP.
+// A change that is not the signal (a late Kubernetes Event about the pod) may wake Info first;
+// it then waits again from the new index, as a client following an allocation does, and the
+// call that returns the signal must have returned after it was sent.
 func TestBlockingQueries(t *testing.T) {
 	id := env(t, "GOCLIENT_ALLOC")[0]
 	client := newClient(t)
@@ -227,9 +230,15 @@ func TestBlockingQueries(t *testing.T) {
 	}()
 	go func() {
 		defer wg.Done()
-		found, meta, err := allocs.Info(id, &api.QueryOptions{WaitIndex: alloc.ModifyIndex, WaitTime: wait})
-		read = result{elapsed: time.Since(start), err: err, alloc: found}
-		if err == nil {
+		for index := alloc.ModifyIndex; ; index = read.index {
+			found, meta, err := allocs.Info(id, &api.QueryOptions{WaitIndex: index, WaitTime: wait})
+			read = result{elapsed: time.Since(start), err: err, alloc: found}
+			if err != nil || meta.LastIndex <= index || signalledSince(found, start) {
+				if err == nil {
+					read.index = meta.LastIndex
+				}
+				return
+			}
 			read.index = meta.LastIndex
 		}
 	}()
@@ -248,8 +257,7 @@ func TestBlockingQueries(t *testing.T) {
 		t.Fatalf("blocking Info: %+v (asked for index > %d; signal sent at %v)",
 			read, alloc.ModifyIndex, signalled)
 	}
-	if read.alloc.ModifyIndex != read.index ||
-		!slices.Contains(eventTypes(read.alloc.TaskStates["main"]), api.TaskSignaling) {
+	if read.alloc.ModifyIndex != read.index || !signalledSince(read.alloc, start) {
 		t.Fatalf("blocking Info: ModifyIndex %d, X-Nomad-Index %d, events %v", read.alloc.ModifyIndex,
 			read.index, eventTypes(read.alloc.TaskStates["main"]))
 	}
@@ -293,4 +301,18 @@ func TestServicesAndChecks(t *testing.T) {
 	wantResponse(t, "Services(unknown)", err, 404, "allocation not found", true)
 	_, err = allocs.Checks(unknownID, nil)
 	wantResponse(t, "Checks(unknown)", err, 404, fmt.Sprintf("Unknown allocation %q", unknownID), true)
+}
+
+// signalledSince: whether task "main" of the allocation has a Signaling event from `since` on
+// (earlier tests may have signalled it before).
+func signalledSince(alloc *api.Allocation, since time.Time) bool {
+	if alloc == nil || alloc.TaskStates["main"] == nil {
+		return false
+	}
+	for _, event := range alloc.TaskStates["main"].Events {
+		if event.Type == api.TaskSignaling && event.Time >= since.UnixNano() {
+			return true
+		}
+	}
+	return false
 }
