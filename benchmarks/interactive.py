@@ -53,12 +53,12 @@ from typing import Final, Protocol
 import aiohttp
 
 from benchmarks.harness import Bench, BenchError, Json, OperatorProcess, log
-from benchmarks.population import collection, wait_running
+from benchmarks.population import BUSYBOX, collection, one_task_allocation, wait_running
 from benchmarks.table import Row, median, percentile, within
 
 SECTION: Final = "Interactive exec"
 GOAL: Final = 1.2
-IMAGE: Final = "busybox:1.37"
+
 NAME: Final = "shell"  # the allocation's
 TASK: Final = "main"
 SHELL: Final = ("sh",)
@@ -370,23 +370,14 @@ class Target:
 
 def allocation(name: str, namespace: str) -> Json:
     """A docker task that sleeps in the real node's BusyBox image: a shell is exec'd into it."""
-    return {
-        "apiVersion": "allocbridge.io/v1",
-        "kind": "Allocation",
-        "metadata": {"name": name, "namespace": namespace},
-        "spec": {
-            "job": {"id": "bench-interactive", "type": "service", "datacenters": ["dc1"]},
-            "taskGroup": {"name": "shell", "index": 0, "count": 1},
-            "tasks": [
-                {
-                    "name": TASK,
-                    "driver": "docker",
-                    "config": {"image": IMAGE, "command": "sleep", "args": ["100000"]},
-                    "resources": {"cpu": 100, "memoryMB": 32},
-                }
-            ],
-        },
-    }
+    return one_task_allocation(
+        name,
+        namespace,
+        job="bench-interactive",
+        group="shell",
+        task=TASK,
+        command=["sleep", "100000"],
+    )
 
 
 async def create_target(bench: Bench, namespace: str, annotations: dict[str, str]) -> Target:
@@ -418,7 +409,7 @@ async def measure(
 
 def rows(ours: Side, peer: Side, sessions: int, per_session: int) -> list[Row]:
     """The section's rows from both sides' samples (in seconds)."""
-    kubectl = f"kubectl exec -it, same pod, same API server ({IMAGE} sh, tty)"
+    kubectl = f"kubectl exec -it, same pod, same API server ({BUSYBOX} sh, tty)"
     count = f"{len(ours.keys)} keystrokes per side ({per_session} per session after {KEY_WARMUP}"
     count += f" warm-up, {sessions} sessions)"
     result = [

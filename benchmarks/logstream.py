@@ -30,14 +30,13 @@ from dataclasses import dataclass, field
 from typing import Final
 
 from benchmarks.harness import Bench, BenchError, Json, OperatorProcess, log
-from benchmarks.population import collection, wait_running
+from benchmarks.population import collection, one_task_allocation, wait_running
 from benchmarks.table import Row, mb, median, share_of
 
 SECTION: Final = "Logs"
 SHARE_GOAL: Final = 0.8
 NAME: Final = "logs"
 TASK: Final = "main"
-IMAGE: Final = "busybox:1.37"
 LINE: Final = 1000  # bytes, the newline included
 READ_CHUNK: Final = 1 << 16
 PATIENCE: Final = 120.0
@@ -52,23 +51,9 @@ def log_bytes(megabytes: float) -> int:
 
 def allocation(namespace: str, size: int) -> Json:
     script = f"yes {'x' * (LINE - 1)} | head -c {size}; exec sleep 100000"
-    return {
-        "apiVersion": "allocbridge.io/v1",
-        "kind": "Allocation",
-        "metadata": {"name": NAME, "namespace": namespace},
-        "spec": {
-            "job": {"id": "bench-logs", "type": "service", "datacenters": ["dc1"]},
-            "taskGroup": {"name": "logs", "index": 0, "count": 1},
-            "tasks": [
-                {
-                    "name": TASK,
-                    "driver": "docker",
-                    "config": {"image": IMAGE, "command": "sh", "args": ["-c", script]},
-                    "resources": {"cpu": 100, "memoryMB": 32},
-                }
-            ],
-        },
-    }
+    return one_task_allocation(
+        NAME, namespace, job="bench-logs", group="logs", task=TASK, command=["sh", "-c", script]
+    )
 
 
 @dataclass(frozen=True)

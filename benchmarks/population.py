@@ -25,6 +25,7 @@ JOBS: Final = 100
 JOB_LABEL: Final = "bench.allocbridge.io/job"
 PEERING: Final = "allocbridge-bench"
 HOLDER: Final = "bench-lease-holder"
+BUSYBOX: Final = "busybox:1.37"  # the real node's stand-in image (real-node.md)
 
 
 def job_of(index: int) -> str:
@@ -50,6 +51,29 @@ def allocation(name: str, namespace: str, job: str) -> Json:
                     "driver": "docker",
                     "config": {"image": "busybox:1.36"},
                     "resources": {"cpu": 10, "memoryMB": 16},
+                }
+            ],
+        },
+    }
+
+
+def one_task_allocation(
+    name: str, namespace: str, *, job: str, group: str, task: str, command: list[str]
+) -> Json:
+    """An Allocation of one docker task running `command` in the real node's BusyBox image."""
+    return {
+        "apiVersion": "allocbridge.io/v1",
+        "kind": "Allocation",
+        "metadata": {"name": name, "namespace": namespace},
+        "spec": {
+            "job": {"id": job, "type": "service", "datacenters": ["dc1"]},
+            "taskGroup": {"name": group, "index": 0, "count": 1},
+            "tasks": [
+                {
+                    "name": task,
+                    "driver": "docker",
+                    "config": {"image": BUSYBOX, "command": command[0], "args": command[1:]},
+                    "resources": {"cpu": 100, "memoryMB": 32},
                 }
             ],
         },
