@@ -606,6 +606,29 @@ def test_acl_answers_503_while_the_kubernetes_api_is_away(
         guarded.stop()
 
 
+def test_an_action_answers_503_while_the_kubernetes_api_is_away(
+    own_cluster: LocalCluster, tmp_path: Path
+) -> None:
+    """An action needs Kubernetes: without an answer from it, a 503 saying so and to try again
+    (not a 500), and the same action done once the API server is back."""
+    kubectl, replica = standalone_replica(own_cluster, tmp_path, "away")
+    try:
+        kubectl.apply(alloc_manifest("act", "away"))
+        (alloc,) = eventually(lambda: listing(replica, "away")[0], what="the allocation listed")
+        stop = f"{replica.api}/v1/allocation/{alloc['ID']}/stop"
+        own_cluster.stop_component("kube-apiserver")
+        try:
+            status, body, headers = http(stop, method="POST")
+            assert status == 503, (status, body)
+            assert body.decode().startswith("Kubernetes unavailable: "), body
+            assert headers.get("Retry-After") == "1"
+        finally:
+            own_cluster.start_component("kube-apiserver")
+        eventually(lambda: http(stop, method="POST")[0] == 200, timeout=60, what="the stop")
+    finally:
+        replica.stop()
+
+
 async def exec_close(api: str, token: str) -> tuple[int, str]:
     """The close code and reason of an exec WebSocket into an unknown allocation."""
     url = f"{api}/v1/client/allocation/0f0f0f0f-0000-4000-8000-000000000000/exec"
