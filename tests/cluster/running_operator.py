@@ -28,6 +28,7 @@ from allocbridge.config import (
     local_settings,
     render,
 )
+from allocbridge.model.pods import PodSettings
 from allocbridge_localcluster import LocalCluster, realnode
 from allocbridge_localcluster.binaries import default_bin_dir
 from allocbridge_localcluster.kubectl import Kubectl, eventually
@@ -103,9 +104,10 @@ class Operator:
         priority: int = 0,
         log: LogSettings | None = None,
         grace: float = 1.0,
+        pods: PodSettings | None = None,
     ) -> None:
         """Standalone unless `peering` names a Kopf peering to join with `priority`; every
-        namespace unless `namespaces` names some."""
+        namespace unless `namespaces` names some; `pods` goes into the configuration file."""
         self.folder = folder
         self.grace = grace
         self.api_port, self.ops_port = free_ports(2)
@@ -118,6 +120,7 @@ class Operator:
             standalone=peering is None,
             peering=peering or KubernetesSettings.peering,
             priority=priority,
+            pods=pods or PodSettings(),
         )
         settings = local_settings(
             "test",

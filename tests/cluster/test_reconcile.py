@@ -37,6 +37,7 @@ from scripted import IMAGE, end_container, scripted_task
 
 from allocbridge.cluster.resources import GROUP, PLURAL, VERSION
 from allocbridge.model.placement import bound_ns
+from allocbridge.model.pods import PodSettings
 from allocbridge_localcluster import LocalCluster
 from allocbridge_localcluster.kubectl import eventually
 
@@ -732,3 +733,33 @@ def test_the_operator_watches_only_its_own_pods_and_events_about_pods(
     assert {r.verb for r in events} == {"list", "watch"}, events
     assert all(r.query.get("fieldSelector") == "involvedObject.kind=Pod" for r in events), events
     assert all(r.code == 200 for r in pods + events), pods + events
+
+
+def test_the_pod_settings_of_the_configuration_file_reach_the_pods(
+    own_cluster: LocalCluster, tmp_path: Path
+) -> None:
+    """Labels, annotations, a node selector and tolerations set in the `kubernetes` block of
+    the operator's HCL file are on the pods it creates, and the scheduler places such a pod."""
+    kubectl = ClusterKubectl(own_cluster)
+    kubeconfig = operator_kubeconfig(kubectl, own_cluster.kubeconfig, tmp_path / "sa")
+    kubectl.create_namespace("configured")
+    toleration = {"key": "dedicated", "operator": "Equal", "value": "nomad", "effect": "NoSchedule"}
+    pods = PodSettings(
+        extra_labels={"team": "web"},
+        extra_annotations={"owner": "ops"},
+        node_selector={"kubernetes.io/hostname": "node-1"},
+        tolerations=(toleration,),
+    )
+    operator = Operator(tmp_path, kubeconfig, pods=pods).start()
+    try:
+        assert 'pod_labels = {"team" = "web"}' in operator.config.read_text()  # the file it reads
+        kubectl.apply(alloc_manifest("configured", "configured"))
+        wait_status(kubectl, "configured", "configured", "running")
+        pod = kubectl.json("get", "pod", "configured", "-n", "configured")
+        assert pod["metadata"]["labels"]["team"] == "web"
+        assert pod["metadata"]["annotations"]["owner"] == "ops"
+        assert pod["spec"]["nodeSelector"] == {"kubernetes.io/hostname": "node-1"}
+        assert toleration in pod["spec"]["tolerations"]
+        assert pod["spec"]["nodeName"] == "node-1"
+    finally:
+        operator.stop()
