@@ -15,6 +15,9 @@ in JSON, which CPython decodes at about 200 MB/s here, so allocbridge is read by
 - full: every frame parsed with `json.loads` and every stdout chunk base64-decoded, what a
   Python client pays.
 
+The goal (0.9x kubectl) binds the server through the lean client; the Go SDK's and the Python
+client's rows stay beside it without a goal, each with its own decoding ceiling.
+
 Runs alternate (lean, kubectl, full, Go, lean, ...); each figure is the median. The time covers
 the whole session: connect, the command's run, and the exit status (for Go, from the SDK call
 on, without the process start; kubectl's includes its process start).
@@ -35,10 +38,10 @@ from typing import Final
 from allocbridge.model.execframes import OUTPUT_CHUNK
 from benchmarks import golang
 from benchmarks.harness import Bench, BenchError, OperatorProcess, log
-from benchmarks.table import Row, mb, median, share_of
+from benchmarks.table import Goal, Row, mb, median, share_of
 
 SECTION: Final = "Exec"
-SHARE_GOAL: Final = 0.8
+SHARE_GOAL: Final = 0.9
 READ_CHUNK: Final = 1 << 20
 
 
@@ -141,18 +144,24 @@ async def measure(
             go_decoding.append(decoding)
     peer = mb(size) / median(peers)
     rows = []
-    clients = [
-        ("lean client", lean, "frames checked, decoded sizes counted"),
-        ("Python client", full, "json.loads + base64 decode of every frame"),
+    goal = (share_of(SHARE_GOAL),)
+    clients: list[tuple[str, list[float], tuple[Goal, ...], str]] = [
+        ("lean client", lean, goal, "frames checked, decoded sizes counted"),
+        (
+            "Python client",
+            full,
+            (),
+            "no goal: json.loads + base64 decode of every frame, the client's own ceiling",
+        ),
     ]
     if go:
         ceiling = mb(size) / median(go_decoding)
         note = (
-            "Allocations().Exec, as nomad alloc exec; the SDK's JSON decoding of the same frames"
-            f" alone, from memory: {ceiling:.0f} MB/s ({ceiling / peer:.2f} of kubectl)"
+            "no goal: Allocations().Exec, as nomad alloc exec; the SDK's JSON decoding of the"
+            f" same frames alone, from memory: {ceiling:.0f} MB/s ({ceiling / peer:.2f} of kubectl)"
         )
-        clients.insert(0, ("Nomad Go SDK", go, note))
-    for name, seconds, note in clients:
+        clients.insert(0, ("Nomad Go SDK", go, (), note))
+    for name, seconds, goals, note in clients:
         rows.append(
             Row(
                 SECTION,
@@ -162,7 +171,7 @@ async def measure(
                 "kubectl exec, same command, same API server",
                 peer,
                 better="higher",
-                goals=(share_of(SHARE_GOAL),),
+                goals=goals,
                 note=f"medians of {runs}: {median(seconds):.2f} s vs {median(peers):.2f} s; {note}",
             )
         )
