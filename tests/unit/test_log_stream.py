@@ -178,6 +178,7 @@ async def test_pump_batches_and_ends_at_the_end_of_the_log() -> None:
         stopping=asyncio.Event(),
         follow=False,
         batch=60.0,  # nothing is flushed by time: only the end of the log flushes
+        linger=60.0,
     )
     assert written == [b"ONE TWO THREE"]
 
@@ -221,6 +222,40 @@ async def test_pump_sends_heartbeats_while_idle_and_stops_on_shutdown() -> None:
     await task  # ends although the log never does
     assert written[0] == b"[first]"
     assert written.index(b"{}") < written.index(b"[second]")
+
+
+async def test_pump_sends_what_arrived_once_the_log_pauses_not_at_the_batch_windows_end() -> None:
+    """A followed log that has been read to its current end goes out at once (after the short
+    linger), not when the 200 ms batch window would close: what was read together is one frame."""
+    sent = asyncio.Event()
+    stopping = asyncio.Event()
+    written: list[bytes] = []
+
+    async def chunks() -> AsyncIterator[bytes]:
+        for part in (b"one ", b"two ", b"three"):
+            yield part
+        await asyncio.Event().wait()  # the log goes quiet and stays open
+
+    async def write(data: bytes) -> None:
+        written.append(data)
+        sent.set()
+
+    task = asyncio.create_task(
+        pump(
+            chunks(),
+            write,
+            lambda d: b"[" + d + b"]",
+            heartbeat=True,
+            stopping=stopping,
+            follow=True,
+            batch=3600.0,
+            idle=3600.0,
+        )
+    )
+    await asyncio.wait_for(sent.wait(), 60)  # a batch-window flush would take an hour
+    stopping.set()
+    await task
+    assert written == [b"[one two three]"]
 
 
 async def test_pump_flushes_a_full_frame_at_once() -> None:

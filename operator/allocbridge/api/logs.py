@@ -6,8 +6,9 @@ What `nomad alloc logs` reads. The query is checked in Nomad's order with Nomad'
 task (400 `unknown task name "x"`) and whether it has started (404 `task "x" not started yet.
 No logs available`, also when Kubernetes says the container is waiting to start).
 
-The body is Nomad's frame stream (`model.streamframes`): data batched for up to 200 ms into
-frames of at most 64 KiB, a `{}` heartbeat each second while a followed log is idle; with
+The body is Nomad's frame stream (`model.streamframes`): frames of at most 64 KiB, sent once
+64 KiB wait, once the log pauses (`LINGER`, 5 ms) or at the latest 200 ms after their first
+byte (`pump`), a `{}` heartbeat each second while a followed log is idle; with
 `plain=true` the raw bytes as text/plain. Without `follow` the body ends at the log's end.
 `origin=end` counts `offset` back from the log's current end, which takes a first read of the
 log to learn its size (Kubernetes serves byte ranges only from the start).
@@ -50,6 +51,7 @@ from allocbridge.model.streamframes import (
     BATCH_WINDOW,
     HEARTBEAT,
     HEARTBEAT_INTERVAL,
+    LINGER,
     MAX_FRAME,
     LogType,
     LogWindow,
@@ -285,11 +287,17 @@ async def pump(
     stopping: asyncio.Event,
     follow: bool,
     batch: float = BATCH_WINDOW,
+    linger: float = LINGER,
     idle: float = HEARTBEAT_INTERVAL,
 ) -> None:
-    """Copy `chunks` to `write`, batched: what arrived goes out `batch` seconds after the first
-    of it, or at once when `MAX_FRAME` bytes wait; `{}` after `idle` seconds with nothing sent
-    (if `heartbeat`). Ends at the end of `chunks`, or when `stopping` is set (if `follow`)."""
+    """Copy `chunks` to `write`, coalesced: what arrived goes out once `MAX_FRAME` bytes wait,
+    once the log pauses for `linger` seconds (a stream that has caught up with its log, or a
+    log that has ended, is not held back), or at the latest `batch` seconds after the first of
+    it; `{}` after `idle` seconds with nothing sent (if `heartbeat`). Ends at the end of
+    `chunks`, or when `stopping` is set (if `follow`).
+
+    A reader task keeps up to `READ_AHEAD` chunks ahead of the client, so the upstream is read
+    while a write waits for the client, and waits itself when the client is slow."""
     queue: asyncio.Queue[bytes | None] = asyncio.Queue(READ_AHEAD)
 
     async def produce() -> None:
@@ -303,46 +311,48 @@ async def pump(
     producer = asyncio.create_task(produce())
     stop = asyncio.create_task(stopping.wait()) if follow else None
     buffer = bytearray()
-    flush_at: float | None = None
+    oldest = 0.0  # when the first byte in `buffer` arrived
     last_sent = loop.time()
+
+    async def flush() -> None:
+        nonlocal last_sent
+        await write(encode(bytes(buffer)))
+        buffer.clear()
+        last_sent = loop.time()
+
     try:
         while True:
-            now = loop.time()
-            deadline = flush_at if flush_at is not None else last_sent + idle
-            getter = asyncio.create_task(queue.get())
-            waiting: set[asyncio.Future[Any]] = {getter}
-            if stop is not None:
-                waiting.add(stop)
-            done, _ = await asyncio.wait(
-                waiting, timeout=max(0.0, deadline - now), return_when=asyncio.FIRST_COMPLETED
-            )
-            if stop is not None and stop in done:
-                getter.cancel()
-                break
-            if getter not in done:
-                getter.cancel()
-                if buffer:
-                    await write(encode(bytes(buffer)))
-                    buffer.clear()
-                    flush_at = None
-                    last_sent = loop.time()
-                elif heartbeat:
-                    await write(HEARTBEAT)
-                    last_sent = loop.time()
-                else:
-                    last_sent = loop.time()
-                continue
-            chunk = getter.result()
+            if queue.empty():  # wait for the log, until a flush or a heartbeat is due
+                now = loop.time()
+                deadline = min(oldest + batch, now + linger) if buffer else last_sent + idle
+                getter = asyncio.ensure_future(queue.get())
+                waiting: set[asyncio.Future[Any]] = {getter} if stop is None else {getter, stop}
+                done, _ = await asyncio.wait(
+                    waiting, timeout=max(0.0, deadline - now), return_when=asyncio.FIRST_COMPLETED
+                )
+                if stop is not None and stop in done:
+                    getter.cancel()
+                    break
+                if getter not in done:
+                    getter.cancel()
+                    if buffer:
+                        await flush()
+                    elif heartbeat:
+                        await write(HEARTBEAT)
+                        last_sent = loop.time()
+                    else:
+                        last_sent = loop.time()
+                    continue
+                chunk = getter.result()
+            else:  # already read: no task, no wait
+                chunk = queue.get_nowait()
             if chunk is None:
                 break
+            if not buffer:
+                oldest = loop.time()
             buffer += chunk
-            if flush_at is None:
-                flush_at = loop.time() + batch
             if len(buffer) >= MAX_FRAME:
-                await write(encode(bytes(buffer)))
-                buffer.clear()
-                flush_at = None
-                last_sent = loop.time()
+                await flush()
         if buffer:
             await write(encode(bytes(buffer)))
     finally:

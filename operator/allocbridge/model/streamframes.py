@@ -21,6 +21,10 @@ from typing import Final, Literal
 MAX_FRAME: Final = 64 * 1024
 #: Seconds Nomad's framer batches output before sending it (`streamBatchWindow`).
 BATCH_WINDOW: Final = 0.2
+#: Seconds a log may pause before what has arrived of it is sent rather than batched further:
+#: a log that has gone quiet (or a stream that has caught up with it) is not held for the whole
+#: batch window (Nomad's clients decode frames of any size alike).
+LINGER: Final = 0.005
 #: Seconds between heartbeats while nothing else is sent (`streamHeartbeatRate`).
 HEARTBEAT_INTERVAL: Final = 1.0
 HEARTBEAT: Final = b"{}"
