@@ -31,7 +31,7 @@ async def read_allocation(request: web.Request) -> Answer:
     alloc_id = parse_alloc_id(request.match_info["alloc_id"])
     ctx = context(request)
     who = caller(request)
-    store = await synced_store(ctx)
+    store = ctx.store if ctx.store.synced else await synced_store(ctx)
     found = store.get(alloc_id) if alloc_id else None
     checked = found.namespace if found else query.namespace
     await ctx.authorizer.check(who, READ_JOB, checked)
@@ -40,7 +40,7 @@ async def read_allocation(request: web.Request) -> Answer:
         alloc = store.get(alloc_id) if alloc_id else None
         return (store.index if alloc is None else alloc.modify_index), alloc
 
-    index, alloc = await blocking_query(store, query, run)
+    index, alloc = await blocking_query(store, query, run) if query.blocking else run()
     if alloc is None:
         raise NomadError(404, ALLOC_NOT_FOUND, index=index)
     if alloc.namespace != checked:  # it appeared while the request was parked

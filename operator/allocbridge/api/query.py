@@ -74,8 +74,14 @@ def go_parse_bool(text: str) -> bool:
     raise ValueError(text)
 
 
+#: The options of a request without a query string (most single reads): shared, it is frozen.
+NO_OPTIONS: Final = QueryOptions()
+
+
 def parse_query(query: MultiMapping[str]) -> QueryOptions:
     """Parse the read options, raising a 400 `NomadError` at the first bad one."""
+    if not query:
+        return NO_OPTIONS
     stale = False
     if "stale" in query:
         value = query.get("stale", "")

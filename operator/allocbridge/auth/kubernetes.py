@@ -300,11 +300,12 @@ class KubernetesAuthorizer:
         """
         if not caller.token:
             return False
-        verdict = self.cache.verdict(caller.digest)
+        digest = caller.digest
+        verdict = self.cache.verdict(digest)
         return (
             verdict is not None
             and verdict.user is not None
-            and self.cache.decision(caller.digest, capability, namespace) is True
+            and self.cache.decision(digest, capability, namespace) is True
         )
 
     async def _allowed_namespaces(
