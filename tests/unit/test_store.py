@@ -83,7 +83,9 @@ def test_resources_are_left_out_when_the_allocation_has_none() -> None:
 def test_wire_json_is_the_compact_wire_dict() -> None:
     alloc = stored(alloc_id(1))
     assert json.loads(alloc.wire_json) == alloc.wire
-    assert "wire_json" not in vars(alloc), "the allocation keeps no copy of its body"
+    kept = [getattr(alloc, name) for name in StoredAllocation.__slots__]
+    assert alloc.wire_json not in kept, "the allocation keeps no copy of its body"
+    assert not hasattr(alloc, "__dict__"), "slots only: no per-allocation dict"
     assert alloc.wire_json is alloc.wire_json, "the bodies read last are kept"
 
 

@@ -16,7 +16,7 @@ from __future__ import annotations
 import re
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from functools import cached_property, lru_cache
+from functools import lru_cache
 from operator import attrgetter
 from typing import Any, Final
 
@@ -29,7 +29,7 @@ UUID_PATTERN: Final = re.compile(r"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{
 _ALLOCATED_RESOURCES_KEY: Final = b'{"AllocatedResources":'
 
 
-@dataclass(frozen=True, eq=False)
+@dataclass(frozen=True, eq=False, slots=True)
 class StoredAllocation:
     """An allocation as `GET /v1/allocation/:id` shows it, with its services and checks.
 
@@ -53,6 +53,7 @@ class StoredAllocation:
     """What `filter` expressions are evaluated against (see `stubs.filter_datum`)."""
     _stub_json: bytes = field(init=False, repr=False)
     _stub_json_bare: bytes = field(init=False, repr=False)  # TaskStates null
+    _resources_json: tuple[bytes, bytes] | None = field(init=False, repr=False, default=None)
 
     def __post_init__(self) -> None:
         if not UUID_PATTERN.fullmatch(self.id):
@@ -127,15 +128,19 @@ class StoredAllocation:
             stub["AllocatedResources"] = self.wire["AllocatedResources"]
         return stub
 
-    @cached_property
+    @property
     def _with_resources(self) -> tuple[bytes, bytes]:
         """Both stubs with AllocatedResources spliced in front (its key sorts first), rendered
         on the first `resources=true` request: most lists never ask for them."""
+        if self._resources_json is not None:
+            return self._resources_json
+        rendered = self._stub_json, self._stub_json_bare
         resources = self.wire.get("AllocatedResources")
-        if resources is None:  # omitempty in Nomad's stub
-            return self._stub_json, self._stub_json_bare
-        head = _ALLOCATED_RESOURCES_KEY + encoding.compact(resources) + b","
-        return head + self._stub_json[1:], head + self._stub_json_bare[1:]
+        if resources is not None:  # omitempty in Nomad's stub
+            head = _ALLOCATED_RESOURCES_KEY + encoding.compact(resources) + b","
+            rendered = head + self._stub_json[1:], head + self._stub_json_bare[1:]
+        object.__setattr__(self, "_resources_json", rendered)
+        return rendered
 
     @property
     def wire_json(self) -> bytes:
