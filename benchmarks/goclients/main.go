@@ -2,8 +2,9 @@
 //
 //	goclients walk -addr URL -token T -per-page 100 -walks 5
 //	goclients exec -addr URL -token T -alloc ID -task main -bytes N -runs 3
+//	goclients load -url URL [-token T | -ca F -cert F -key F] -clients 4 -seconds 5
 //
-// Each prints one JSON object on stdout (see walk.go and exec.go for its shape).
+// Each prints one JSON object on stdout (see walk.go, exec.go and load.go for its shape).
 package main
 
 import (
@@ -16,7 +17,7 @@ import (
 
 func main() {
 	if len(os.Args) < 2 {
-		fail(fmt.Errorf("usage: goclients walk|exec [flags]"))
+		fail(fmt.Errorf("usage: goclients walk|exec|load [flags]"))
 	}
 	var out any
 	var err error
@@ -25,8 +26,10 @@ func main() {
 		out, err = runWalk(os.Args[2:])
 	case "exec":
 		out, err = runExec(os.Args[2:])
+	case "load":
+		out, err = runLoad(os.Args[2:])
 	default:
-		err = fmt.Errorf("unknown command %q: want walk or exec", os.Args[1])
+		err = fmt.Errorf("unknown command %q: want walk, exec or load", os.Args[1])
 	}
 	if err != nil {
 		fail(err)

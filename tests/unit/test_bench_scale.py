@@ -18,11 +18,19 @@ def test_single_reads_need_ten_times_the_rate_and_a_tenth_of_the_p99() -> None:
         ("ours", 32): load(2.0, 6000.0),
         ("peer", 32): load(10.0, 1000.0),
     }
-    rows = {row.name: row for row in reads.rows(loads, (5000, 2000))}
+    rows = {row.name: row for row in reads.rows(loads, (5000, 2000), "Go net/http", goal=True)}
     assert rows["GET /v1/allocation/:id, 4 clients: requests/s"].result == "met"  # 10x
     assert rows["GET /v1/allocation/:id, 4 clients: p99"].result == "met"  # a tenth
     assert rows["GET /v1/allocation/:id, 32 clients: requests/s"].result == "MISSED"  # 6x
     assert rows["GET /v1/allocation/:id, 32 clients: p99"].result == "MISSED"  # a fifth
+    assert "(Go net/http, admin certificate)" in rows["GET /v1/allocation/:id, 4 clients: p99"].peer
+
+
+def test_the_second_clients_single_reads_are_shown_without_a_goal() -> None:
+    loads = {(side, n): load(1.0, 1000.0) for side in ("ours", "peer") for n in (4, 32)}
+    rows = {row.name: row for row in reads.rows(loads, (5000, 2000), "aiohttp", goal=False)}
+    shown = rows["GET /v1/allocation/:id, 32 clients (aiohttp client): requests/s"]
+    assert shown.ratio == 1.0 and shown.result == ""
 
 
 def series(ms: float) -> Series:
