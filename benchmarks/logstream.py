@@ -7,8 +7,9 @@ file holds each line with a CRI prefix (about 4% more), so the size stays below 
 
 - allocbridge: `GET /v1/client/fs/logs/:id?task=main&type=stdout&follow=true&origin=start`,
   what `nomad alloc logs -f` sends, read with aiohttp: Nomad's frame stream, every frame parsed
-  as JSON (`raw_decode` of the stream) and its data's decoded size counted from the base64
-  length (the lean client of the exec section; no base64 decode);
+  as JSON (`raw_decode` of the stream), its data's decoded size counted from the base64 length
+  (the lean client of the exec section; no base64 decode) and its `Offset` checked against the
+  bytes counted before it;
 - peer: the built `kubectl logs -f POD -c main` through the same API server, its stdout read
   from a pipe and counted.
 
@@ -86,7 +87,9 @@ def decoded_size(b64: str) -> int:
 
 
 class FrameCounter:
-    """Counts the data bytes of Nomad's frame stream (JSON objects one after another)."""
+    """Counts the data bytes of Nomad's frame stream (JSON objects one after another), read
+    from offset 0: each data frame's `Offset` must be where its data ends, so a byte lost,
+    repeated or out of order fails the run instead of being counted."""
 
     def __init__(self) -> None:
         self.received = 0
@@ -107,6 +110,11 @@ class FrameCounter:
                 break  # an incomplete frame: wait for more
             if isinstance(frame, dict) and frame.get("Data"):
                 self.received += decoded_size(frame["Data"])
+                if frame.get("Offset") != self.received:
+                    raise BenchError(
+                        f"a frame ends at offset {frame.get('Offset')}, "
+                        f"after {self.received} bytes of data"
+                    )
             at = at_next
         self._text = self._text[at:]
 
@@ -199,7 +207,8 @@ def rows(found: Runs, size: int) -> list[Row]:
             note=(
                 f"medians of {len(found.ours)}: {ours:.3f} s vs {peer:.3f} s from the first "
                 f"byte to the last; first byte after {first_ours:.0f} ms vs {first_peer:.0f} ms "
-                "(kubectl's process start included); frames parsed, data sizes counted"
+                "(kubectl's process start included); frames parsed, offsets checked, data sizes "
+                "counted"
             ),
         )
     ]

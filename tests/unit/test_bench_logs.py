@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import pytest
 from benchmarks import logstream
+from benchmarks.harness import BenchError
 
 from allocbridge.model.streamframes import HEARTBEAT, encode_frames
 
@@ -18,6 +19,15 @@ def test_frames_split_anywhere_are_counted_once(piece: int) -> None:
     for at in range(0, len(stream), piece):
         counter.feed(stream[at : at + piece])
     assert counter.received == len(data)
+
+
+def test_a_frame_whose_offset_does_not_follow_on_fails_the_run() -> None:
+    first = encode_frames(b"a" * 10, end_offset=10, file="stdout.0")
+    skipped = encode_frames(b"b" * 10, end_offset=30, file="stdout.0")  # 10 bytes lost
+    counter = logstream.FrameCounter()
+    counter.feed(first)
+    with pytest.raises(BenchError, match="ends at offset 30, after 20 bytes"):
+        counter.feed(skipped)
 
 
 def test_the_log_is_whole_lines_below_kubelets_rotation() -> None:
