@@ -134,6 +134,24 @@ def test_large_data_is_cut_into_64k_frames_with_running_offsets() -> None:
     assert frames[-1]["Offset"] == 1000 + len(data)
 
 
+@given(
+    data=st.binary(max_size=300),
+    start=st.integers(0, 2**40),
+    size=st.integers(1, 100),
+    file=st.sampled_from(["", "alloc/logs/web.stdout.0", 'a "quoted"\\path']),
+)
+def test_a_batch_of_frames_is_each_piece_s_frame_back_to_back(
+    data: bytes, start: int, size: int, file: str
+) -> None:
+    expected = b"".join(
+        encode_frame(
+            offset=start + at + len(data[at : at + size]), data=data[at : at + size], file=file
+        )
+        for at in range(0, len(data), size)
+    )
+    assert encode_frames(data, end_offset=start + len(data), file=file, size=size) == expected
+
+
 def test_origin_and_offset_select_the_start() -> None:
     assert start_at("start", 10) == 10
     assert start_at("start", -3) == 0

@@ -57,13 +57,23 @@ def encode_frame(*, offset: int, data: bytes = b"", file: str = "", event: str =
 
 
 def encode_frames(data: bytes, *, end_offset: int, file: str, size: int = MAX_FRAME) -> bytes:
-    """`data` (which ends at `end_offset` in the file) as frames of at most `size` bytes each."""
-    out = bytearray()
+    """`data` (which ends at `end_offset` in the file) as frames of at most `size` bytes each.
+
+    `encode_frame`'s bytes for each piece (a piece's `Offset` is never 0), built as one join of
+    views and base64 runs: growing one buffer frame by frame made a 130 KB batch cost several
+    times what its base64 does.
+    """
+    if not data:
+        return b""
+    view = memoryview(data)
     start = end_offset - len(data)
+    close = b'","File":' + json.dumps(file).encode() + b"}" if file else b'"}'
+    parts: list[bytes] = []
     for at in range(0, len(data), size):
-        piece = data[at : at + size]
-        out += encode_frame(offset=start + at + len(piece), data=piece, file=file)
-    return bytes(out)
+        piece = view[at : at + size]
+        end = start + at + len(piece)
+        parts += (b'{"Offset":%d,"Data":"' % end, base64.b64encode(piece), close)
+    return b"".join(parts)
 
 
 def start_at(origin: Origin, offset: int, size: int | None = None) -> int:
