@@ -276,13 +276,14 @@ async def test_pump_sends_what_arrived_once_the_log_pauses_not_at_the_batch_wind
     assert written == [b"[one two three]"]
 
 
-async def test_pump_flushes_a_full_frame_at_once() -> None:
+async def test_pump_sends_whole_frames_at_once_and_keeps_the_rest_for_the_next_batch() -> None:
     big = b"x" * MAX_FRAME
     written: list[bytes] = []
     release = asyncio.Event()
 
     async def chunks() -> AsyncIterator[bytes]:
-        yield big
+        yield big[:100]
+        yield big[100:] + b"rest"
         await release.wait()
 
     async def write(data: bytes) -> None:
@@ -297,8 +298,9 @@ async def test_pump_flushes_a_full_frame_at_once() -> None:
         stopping=asyncio.Event(),
         follow=False,
         batch=3600.0,
+        linger=3600.0,
     )
-    assert written == [big]
+    assert written == [big, b"rest"]
 
 
 # -- the endpoint, with a stand-in reader ------------------------------------------------------

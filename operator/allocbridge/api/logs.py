@@ -290,11 +290,11 @@ async def pump(
     linger: float = LINGER,
     idle: float = HEARTBEAT_INTERVAL,
 ) -> None:
-    """Copy `chunks` to `write`, coalesced: what arrived goes out once `MAX_FRAME` bytes wait,
-    once the log pauses for `linger` seconds (a stream that has caught up with its log, or a
-    log that has ended, is not held back), or at the latest `batch` seconds after the first of
-    it; `{}` after `idle` seconds with nothing sent (if `heartbeat`). Ends at the end of
-    `chunks`, or when `stopping` is set (if `follow`).
+    """Copy `chunks` to `write`, coalesced: what arrived goes out in whole frames once
+    `MAX_FRAME` bytes wait, and all of it once the log pauses for `linger` seconds (a stream
+    that has caught up with its log, or a log that has ended, is not held back) or at the
+    latest `batch` seconds after the first of it; `{}` after `idle` seconds with nothing sent
+    (if `heartbeat`). Ends at the end of `chunks`, or when `stopping` is set (if `follow`).
 
     A reader task keeps up to `READ_AHEAD` chunks ahead of the client, so the upstream is read
     while a write waits for the client, and waits itself when the client is slow."""
@@ -314,11 +314,12 @@ async def pump(
     oldest = 0.0  # when the first byte in `buffer` arrived
     last_sent = loop.time()
 
-    async def flush() -> None:
-        nonlocal last_sent
-        await write(encode(bytes(buffer)))
-        buffer.clear()
-        last_sent = loop.time()
+    async def flush(size: int) -> None:
+        """Send the first `size` bytes waiting; the rest starts a new batch."""
+        nonlocal last_sent, oldest
+        await write(encode(bytes(buffer[:size])))
+        del buffer[:size]
+        last_sent = oldest = loop.time()
 
     try:
         while True:
@@ -336,7 +337,7 @@ async def pump(
                 if getter not in done:
                     getter.cancel()
                     if buffer:
-                        await flush()
+                        await flush(len(buffer))
                     elif heartbeat:
                         await write(HEARTBEAT)
                         last_sent = loop.time()
@@ -351,8 +352,8 @@ async def pump(
             if not buffer:
                 oldest = loop.time()
             buffer += chunk
-            if len(buffer) >= MAX_FRAME:
-                await flush()
+            if len(buffer) >= MAX_FRAME:  # whole frames now, what is left with what follows
+                await flush(len(buffer) - len(buffer) % MAX_FRAME)
         if buffer:
             await write(encode(bytes(buffer)))
     finally:
