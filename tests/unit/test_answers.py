@@ -21,8 +21,12 @@ from allocbridge.api.routing import Endpoint, add_endpoints
 from allocbridge.auth import AuthUnavailableError, PermissionDeniedError
 from allocbridge.cluster.errors import UnavailableError
 from allocbridge.model.errors import NomadError
+from allocbridge.store import encoding
 
 ITEMS = [b'{"A":1,"B":[1.5,"x"]}', b'{"A":2,"B":[]}']
+#: The same array as fragments, cut anywhere, and joined by a separator (as `stub_array` does).
+FRAGMENTS = encoding.Fragments([b"[" + ITEMS[0][:5], ITEMS[0][5:] + b",", ITEMS[1] + b"]"], b"")
+JOINED = encoding.Fragments([b"[" + ITEMS[0][:-1], ITEMS[1][1:] + b"]"], b"},{")
 
 
 async def value(request: web.Request) -> Answer:
@@ -30,7 +34,11 @@ async def value(request: web.Request) -> Answer:
 
 
 async def items(request: web.Request) -> Answer:
-    return Answer(items=ITEMS, index=7)
+    return Answer(array=FRAGMENTS, index=7)
+
+
+async def joined(request: web.Request) -> Answer:
+    return Answer(array=JOINED, index=7)
 
 
 async def written(request: web.Request) -> Answer:
@@ -67,6 +75,7 @@ async def streamed(request: web.Request) -> web.StreamResponse:
 HANDLERS: dict[str, AnswerHandler] = {
     "value": value,
     "items": items,
+    "joined": joined,
     "written": written,
     "not_found": not_found,
     "denied": denied,
@@ -120,9 +129,10 @@ async def test_large_item_arrays_stream_in_pieces_with_their_length(
     client: TestClient[Any, Any], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setattr(answers, "STREAM_BYTES", 10)
-    response = await client.get("/items")
-    assert await response.read() == b"[" + b",".join(ITEMS) + b"]"
-    assert response.headers["Content-Length"] == str(len(b"[" + b",".join(ITEMS) + b"]"))
+    for name in ("items", "joined"):
+        response = await client.get(f"/{name}")
+        assert await response.read() == b"[" + b",".join(ITEMS) + b"]"
+        assert response.headers["Content-Length"] == str(len(b"[" + b",".join(ITEMS) + b"]"))
 
 
 async def test_a_write_sets_its_index_alone(client: TestClient[Any, Any]) -> None:

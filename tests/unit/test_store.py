@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 from allocations_fixture import SAMPLE, alloc_id, sample_store, stored, wire
 
-from allocbridge.store import AllocationStore, StoredAllocation, encoding
+from allocbridge.store import AllocationStore, StoredAllocation, encoding, stub_array
 from allocbridge.store.allocation import RECENT_BODIES
 from allocbridge.store.memory import hyphenated_prefix
 from allocbridge.store.ordering import SortedIndex
@@ -70,6 +70,22 @@ def test_pre_rendered_stub_json_equals_rendering_the_stub_dict(
     assert ("AllocatedResources" in decoded) is resources
     assert (decoded["TaskStates"] is None) is not task_states
     assert list(decoded) == sorted(decoded)  # key-sorted, as Nomad's encoder writes
+
+
+@pytest.mark.parametrize("task_states", [True, False])
+@pytest.mark.parametrize("resources", [True, False])
+@pytest.mark.parametrize("count", [0, 1, 3])
+def test_stub_array_fragments_join_to_the_array_of_the_stubs(
+    task_states: bool, resources: bool, count: int
+) -> None:
+    allocs = [stored(alloc_id(n)) for n in range(count)]
+    allocs.append(StoredAllocation.from_wire({**wire(alloc_id(9)), "TaskStates": None}))
+    for given in (allocs, iter(allocs)):  # a page's list, or an index's lazy scan
+        fragments = stub_array(given, task_states=task_states, resources=resources)
+        stubs = [a.stub_dict(task_states=task_states, resources=resources) for a in allocs]
+        assert fragments.join() == encoding.compact(stubs)
+        assert fragments.size() == len(fragments.join())
+    assert stub_array([]).join() == b"[]"
 
 
 def test_resources_are_left_out_when_the_allocation_has_none() -> None:

@@ -27,7 +27,7 @@ from allocbridge.api.query import QueryOptions, parse_query, parse_stub_fields
 from allocbridge.api.routing import Endpoint
 from allocbridge.auth import ALL_NAMESPACES, READ_JOB, Authorizer, Caller
 from allocbridge.model.filter import FilterEvaluationError, FilterSyntaxError, compile_filter
-from allocbridge.store import AllocationStore, Page, StoredAllocation, list_page, stub_jsons
+from allocbridge.store import AllocationStore, Page, StoredAllocation, list_page, stub_array
 
 Predicate = Callable[[StoredAllocation], bool]
 T = TypeVar("T")
@@ -61,8 +61,8 @@ async def list_allocations(request: web.Request) -> Answer:
         return store.index, page
 
     index, page = await filtered_blocking_query(store, query, run, readable)
-    stubs = stub_jsons(page.items, task_states=fields.task_states, resources=fields.resources)
-    return Answer(items=stubs, index=index, next_token=page.next_token)
+    stubs = stub_array(page.items, task_states=fields.task_states, resources=fields.resources)
+    return Answer(array=stubs, index=index, next_token=page.next_token)
 
 
 async def filtered_blocking_query(

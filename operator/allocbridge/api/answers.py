@@ -13,7 +13,7 @@ raised before the stream starts.
   client's blocking loops would spin on 0), `X-Nomad-KnownLeader`, `X-Nomad-LastContact`, and
   the page token as `X-Nomad-NextToken` and `X-Service-NextToken` (the spec's name). A write
   answer (`write_index`) carries only `X-Nomad-Index`, as Nomad's `setIndex`.
-- A large array of pre-rendered items goes out in pieces (see `_send_items`).
+- A large pre-rendered array goes out in pieces (see `_send_array`).
 """
 
 from __future__ import annotations
@@ -21,7 +21,7 @@ from __future__ import annotations
 import functools
 import json
 import logging
-from collections.abc import Awaitable, Callable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, Final
 
@@ -33,7 +33,7 @@ from allocbridge.store import encoding
 
 log = logging.getLogger(__name__)
 
-#: Array bodies larger than this go out in pieces of about this size (see `_send_items`).
+#: Array bodies larger than this go out in pieces of about this size (see `_send_array`).
 STREAM_BYTES: Final = 1 << 20
 
 
@@ -42,12 +42,13 @@ class Answer:
     """What a handler answers: a JSON body and, for reads, the index it reflects.
 
     The body is `value`, or `encoded` (the same value already compact-encoded, sent as is unless
-    `?pretty`), or `items`, a JSON array of compact-encoded elements (the store's stubs).
+    `?pretty`), or `array`, a compact JSON array given as fragments to concatenate (the store's
+    `stub_array`).
     """
 
     value: Any = None
     encoded: bytes | None = None
-    items: Sequence[bytes] | None = None
+    array: encoding.Fragments | None = None
     index: int | None = None  # a read: Nomad's metadata headers
     next_token: str = ""  # a read's next page
     write_index: int | None = None  # a write: `X-Nomad-Index` alone
@@ -116,10 +117,10 @@ async def _send(request: web.Request, answer: Answer) -> web.StreamResponse:
     elif answer.write_index is not None:
         headers = {"X-Nomad-Index": str(answer.write_index)}
     pretty = wants_pretty(request.query)
-    if answer.items is not None:
+    if answer.array is not None:
         if pretty:
-            return _json(encoding.pretty([json.loads(item) for item in answer.items]), headers)
-        return await _send_items(request, list(answer.items), headers)
+            return _json(encoding.pretty(json.loads(answer.array.join())), headers)
+        return await _send_array(request, answer.array, headers)
     if answer.encoded is not None and not pretty:
         return _json(answer.encoded, headers)
     value = answer.value
@@ -130,10 +131,10 @@ def _json(body: bytes, headers: Mapping[str, str]) -> web.Response:
     return web.Response(body=body, content_type="application/json", headers=headers)
 
 
-async def _send_items(
-    request: web.Request, items: list[bytes], headers: Mapping[str, str]
+async def _send_array(
+    request: web.Request, array: encoding.Fragments, headers: Mapping[str, str]
 ) -> web.StreamResponse:
-    """The JSON array of pre-rendered items: one body when small, else streamed in pieces.
+    """The JSON array given as fragments: one body when small, else streamed in pieces.
 
     A list of 10,000 allocations is 8-30 MB; joined whole it exists twice per client at once
     (the joined body, then the transport's copy of what the socket did not take yet), which
@@ -141,20 +142,17 @@ async def _send_items(
     client holds about one piece; the length is known up front, so clients still get
     Content-Length.
     """
-    if not items:
-        return _json(b"[]", headers)
-    items[0] = b"[" + items[0]
-    items[-1] += b"]"
-    size = sum(map(len, items)) + len(items) - 1
+    size = array.size()
     if size <= STREAM_BYTES:
-        return _json(b",".join(items), headers)
+        return _json(array.join(), headers)
     response = web.StreamResponse(headers=headers)
     response.content_type = "application/json"
     response.content_length = size
     await response.prepare(request)
-    per_piece = max(1, len(items) * STREAM_BYTES // size)
-    await response.write(b",".join(items[:per_piece]))
-    for start in range(per_piece, len(items), per_piece):
-        await response.write(b",".join([b"", *items[start : start + per_piece]]))
+    parts, separator = array.parts, array.separator
+    per_piece = max(1, len(parts) * STREAM_BYTES // size)
+    await response.write(separator.join(parts[:per_piece]))
+    for start in range(per_piece, len(parts), per_piece):
+        await response.write(separator.join([b"", *parts[start : start + per_piece]]))
     await response.write_eof()
     return response

@@ -26,7 +26,7 @@ from allocbridge.api.query import QueryOptions, parse_query
 from allocbridge.api.routing import EVAL_ID, Endpoint
 from allocbridge.auth import READ_JOB
 from allocbridge.model.evaluations import evaluation
-from allocbridge.store import StoredAllocation, stub_jsons
+from allocbridge.store import StoredAllocation, stub_array
 
 EVAL_NOT_FOUND: Final = "eval not found"
 
@@ -70,7 +70,7 @@ async def read_evaluation(request: web.Request) -> Answer:
 async def evaluation_allocations(request: web.Request) -> Answer:
     query = parse_query(request.query)
     index, _, placed = await _placed(request, query, table_index=True)
-    return Answer(items=stub_jsons(placed), index=index)
+    return Answer(array=stub_array(placed), index=index)
 
 
 ENDPOINTS = [

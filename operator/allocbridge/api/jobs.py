@@ -32,7 +32,7 @@ from allocbridge.api.context import caller, context, synced_store
 from allocbridge.api.query import parse_query
 from allocbridge.api.routing import Endpoint
 from allocbridge.auth import ALL_NAMESPACES, READ_JOB
-from allocbridge.store import Page, StoredAllocation, stub_jsons
+from allocbridge.store import Page, StoredAllocation, stub_array
 from allocbridge.store.jobs import job_stub
 from allocbridge.store.paging import paginate
 
@@ -98,7 +98,7 @@ async def job_allocations(request: web.Request) -> Answer:
         return store.index, store.job_allocations(query.namespace, job_id)
 
     index, allocs = await blocking_query(store, query, run)
-    return Answer(items=stub_jsons(allocs), index=index)
+    return Answer(array=stub_array(allocs), index=index)
 
 
 ENDPOINTS = [

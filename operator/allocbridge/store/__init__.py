@@ -6,9 +6,9 @@ watch that fills it, is the one module that reads from Kubernetes, through the s
 import-linter).
 """
 
-from allocbridge.store.allocation import StoredAllocation, stub_jsons
+from allocbridge.store.allocation import StoredAllocation, stub_array
 from allocbridge.store.listing import list_page
 from allocbridge.store.memory import AllocationStore
 from allocbridge.store.paging import Page
 
-__all__ = ["AllocationStore", "Page", "StoredAllocation", "list_page", "stub_jsons"]
+__all__ = ["AllocationStore", "Page", "StoredAllocation", "list_page", "stub_array"]

@@ -8,6 +8,8 @@ time; the pretty form (`?pretty`) is 4-space indented with a trailing newline.
 from __future__ import annotations
 
 import json
+from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import orjson
@@ -35,3 +37,22 @@ def compact(value: Any) -> bytes:
 def pretty(value: Any) -> bytes:
     """Indented JSON plus a newline, as Nomad sends it for `?pretty`."""
     return _pretty.encode(value).encode("utf-8") + b"\n"
+
+
+@dataclass(frozen=True)
+class Fragments:
+    """A compact JSON text kept as pieces: `separator.join(parts)`, never joined whole here.
+
+    A list of 50,000 pre-rendered stubs is 40 MB: its pieces are laid out per request without
+    copying them, and the response writes them a megabyte at a time.
+    """
+
+    parts: Sequence[bytes]
+    separator: bytes = b""
+
+    def size(self) -> int:
+        """The length of the text, without joining it."""
+        return sum(map(len, self.parts)) + len(self.separator) * max(0, len(self.parts) - 1)
+
+    def join(self) -> bytes:
+        return self.separator.join(self.parts)
