@@ -5,11 +5,15 @@ server takes minutes, which the default run's 15-minute budget cannot hold. It r
 store sections' standby replica once they are done, so it starts at `--allocations` (10,000):
 
 1. the full list's p50 (`GET /v1/allocations?namespace=*&task_states=false`, the listing
-   section's request, sequential, one connection) at 10,000, by two clients: one that counts
-   the body's bytes as they arrive (as a client decoding while it reads, Go's `json.Decoder`),
-   which the goal binds, and aiohttp's `read()` of the whole body (the listing section's
-   client), shown beside it: that client's own time grows faster than the body (likely the
-   page faults of a fresh mmap for every body above glibc's 32 MB threshold; not traced);
+   section's request, sequential, one connection) at 10,000, by three clients. The goal binds
+   Go's net/http reading the body as it arrives (`benchmarks/goclients load` with one client,
+   in a process of its own; as a client decoding while it reads, Go's `json.Decoder`). Shown
+   beside it without a goal: aiohttp in this process counting the body's bytes as they arrive,
+   and aiohttp's `read()` of the whole body (the listing section's client). Those clients' own
+   time grows faster than the body (a 40 MB body read in Python: a fresh mmap and its page
+   faults for every body above glibc's 32 MB threshold; more garbage per request), and they
+   share the two cores with the replica, so they measure themselves as much as the server.
+   Without Go, the counting aiohttp client is the goal's;
 2. `--scale-allocations` minus those created the same way (status included), the replica's
    store growing through its watch; its RSS then, and kube-apiserver's;
 3. the same lists' p50 at 50,000: goal at most 5x the 10,000 figure (counting client);
@@ -24,12 +28,13 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Final
 
-from benchmarks import listing
+from benchmarks import golang, listing
 from benchmarks.harness import Bench, BenchError, Json, OperatorProcess, log, rss
 from benchmarks.population import populate, wait_listed
-from benchmarks.table import Row, below, mb, within
+from benchmarks.table import Latencies, Row, below, mb, within
 from benchmarks.timing import Fetch, Series, latency_series
 
 SECTION: Final = "Scale"
@@ -50,8 +55,10 @@ class ScaleOptions:
 class Figures:
     small: int
     large: int
-    list_small: Series | None = None  # the counting client
+    list_small: Series | None = None  # the counting aiohttp client
     list_large: Series | None = None
+    go_small: Series | None = None  # Go's net/http, the goal's client when Go is there
+    go_large: Series | None = None
     whole_small: Series | None = None  # aiohttp's read() of the whole body
     whole_large: Series | None = None
     empty_rss: int = 0
@@ -74,7 +81,10 @@ async def measure(
     apiserver_pid: int,
 ) -> list[Row]:
     figures = Figures(small=already, large=max(options.allocations, already), empty_rss=empty_rss)
+    binary = await golang.build()
     log(f"scale: list p50 at {already:,}")
+    if binary is not None:
+        figures.go_small = await go_list(binary, bench, replica, options)
     figures.list_small = await latency_series(
         counted_list(bench, replica), samples=options.samples, budget=options.series_budget
     )
@@ -89,6 +99,8 @@ async def measure(
     await wait_listed(bench, replica.api, figures.large, patience=READY_PATIENCE)
     figures.live = (replica.rss(), rss(apiserver_pid))
     log(f"scale: list p50 at {figures.large:,}")
+    if binary is not None:
+        figures.go_large = await go_list(binary, bench, replica, options)
     figures.list_large = await latency_series(
         counted_list(bench, replica), samples=options.samples, budget=options.series_budget
     )
@@ -113,9 +125,34 @@ async def measure(
     return rows(figures)
 
 
+LIST_TARGET: Final = "/v1/allocations?namespace=*&task_states=false"
+
+
+async def go_list(
+    binary: Path, bench: Bench, replica: OperatorProcess, options: ScaleOptions
+) -> Series:
+    """The listing section's request, `--samples` times in a row by one Go client, each body
+    read as it arrives and discarded."""
+    result = await golang.run(
+        binary,
+        "load",
+        "-url",
+        replica.api + LIST_TARGET,
+        "-token",
+        bench.client_token,
+        "-clients",
+        "1",
+        "-requests",
+        str(options.samples),
+        "-seconds",
+        str(options.series_budget),
+    )
+    return Series(Latencies.of(result["latencies"]), int(result["bytes"]))
+
+
 def counted_list(bench: Bench, replica: OperatorProcess) -> Fetch:
     """The listing section's request, its body counted as it arrives rather than kept."""
-    url = f"{replica.api}/v1/allocations?namespace=*&task_states=false"
+    url = replica.api + LIST_TARGET
 
     async def fetch() -> int:
         size = 0
@@ -129,6 +166,28 @@ def counted_list(bench: Bench, replica: OperatorProcess) -> Fetch:
     return fetch
 
 
+def list_row(
+    f: Figures, small: Series | None, large: Series | None, client: str, *, goal: bool
+) -> Row:
+    """The full list at the large size beside the small one, by one client."""
+    if small is None or large is None:
+        raise ValueError("the scale figures are incomplete")
+    return Row(
+        SECTION,
+        f"list all {f.large:,}: p50" + ("" if goal else f" ({client.split(',', 1)[0]} client)"),
+        large.latencies.ms(50),
+        "ms",
+        f"the same list at {f.small:,}, same replica and client",
+        small.latencies.ms(50),
+        goals=(within(LIST_GROWTH_GOAL),) if goal else (),
+        note=(
+            f"n={large.latencies.n}/{small.latencies.n}; p99 {large.latencies.ms(99):,.1f} vs "
+            f"{small.latencies.ms(99):,.1f} ms; bodies {mb(large.body_bytes):.1f} MB vs "
+            f"{mb(small.body_bytes):.1f} MB; {client}"
+        ),
+    )
+
+
 def rows(f: Figures) -> list[Row]:
     if f.list_small is None or f.list_large is None:
         raise ValueError("the scale figures are incomplete")
@@ -136,23 +195,14 @@ def rows(f: Figures) -> list[Row]:
     added = f.live[0] - f.empty_rss
     per_allocation = added / max(f.large, 1) / 1000
     apiserver_note = f"kube-apiserver {mb(f.live[1]):,.0f} MB"
-    result = [
-        Row(
-            SECTION,
-            f"list all {large}: p50",
-            f.list_large.latencies.ms(50),
-            "ms",
-            f"the same list at {small}, same replica and client",
-            f.list_small.latencies.ms(50),
-            goals=(within(LIST_GROWTH_GOAL),),
-            note=(
-                f"n={f.list_large.latencies.n}/{f.list_small.latencies.n}; p99 "
-                f"{f.list_large.latencies.ms(99):,.1f} vs {f.list_small.latencies.ms(99):,.1f} "
-                f"ms; bodies {mb(f.list_large.body_bytes):.1f} MB vs "
-                f"{mb(f.list_small.body_bytes):.1f} MB; counted as they arrive"
-            ),
-        ),
-    ]
+    counted = "aiohttp, counted as they arrive"
+    if f.go_small is None or f.go_large is None:  # no Go here: the counting client binds
+        result = [list_row(f, f.list_small, f.list_large, counted, goal=True)]
+    else:
+        result = [
+            list_row(f, f.go_small, f.go_large, "Go net/http, read as they arrive", goal=True),
+            list_row(f, f.list_small, f.list_large, counted, goal=False),
+        ]
     if f.whole_small is not None and f.whole_large is not None:
         result.append(
             Row(

@@ -1,8 +1,8 @@
 package main
 
 // load drives one URL with closed-loop clients: each sends its next GET as soon as its last is
-// answered, on a keep-alive HTTP/1.1 connection of its own, for a number of seconds (after a
-// few unrecorded warm-up requests per client). Every request is timed to its body's last byte;
+// answered, on a keep-alive HTTP/1.1 connection of its own, for a number of seconds or until it
+// has sent -requests (after a few unrecorded warm-up requests per client). Every request is timed to its body's last byte;
 // bodies are read and discarded, not decoded. The same command drives allocbridge (a token)
 // and the API server (a client certificate), so both sides pay the same client.
 // Output: {"seconds": s, "latencies": [s...], "bytes": last body's size}.
@@ -36,6 +36,7 @@ func runLoad(args []string) (any, error) {
 	clients := flags.Int("clients", 4, "concurrent clients, one connection each")
 	seconds := flags.Float64("seconds", 5, "seconds of load")
 	warmup := flags.Int("warmup", 2, "unrecorded requests per client first")
+	requests := flags.Int("requests", 0, "requests per client at most (0: as many as fit)")
 	_ = flags.Parse(args)
 	if *url == "" || *clients < 1 {
 		return nil, errors.New("load needs -url and at least one client")
@@ -65,7 +66,7 @@ func runLoad(args []string) (any, error) {
 		group.Add(1)
 		go func() {
 			defer group.Done()
-			for time.Now().Before(deadline) {
+			for time.Now().Before(deadline) && (*requests == 0 || len(times[i]) < *requests) {
 				start := time.Now()
 				if _, err := get(); err != nil {
 					failures[i] = err

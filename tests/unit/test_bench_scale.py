@@ -59,3 +59,23 @@ def test_scale_goals_bind_memory_and_the_lists_growth() -> None:
     per_allocation = rows["RSS per allocation at 50,000 (grown by the watch)"]
     assert per_allocation.value == 14.0 and per_allocation.result == "met"
     assert rows["time to first ready after a restart, 50,000 allocations"].ratio == 4.0
+
+
+def test_with_go_the_go_clients_list_binds_the_goal_and_aiohttps_is_shown() -> None:
+    figures = scale.Figures(
+        small=10_000,
+        large=50_000,
+        list_small=series(10.0),
+        list_large=series(80.0),
+        go_small=series(10.0),
+        go_large=series(45.0),
+        empty_rss=100_000_000,
+        live=(800_000_000, 5_000_000_000),
+        fresh=(700_000_000, 5_000_000_000),
+    )
+    rows = {row.name: row for row in scale.rows(figures)}
+    goal = rows["list all 50,000: p50"]
+    assert goal.ratio == 4.5 and goal.result == "met"
+    assert "Go net/http" in goal.note
+    shown = rows["list all 50,000: p50 (aiohttp client)"]
+    assert shown.ratio == 8.0 and shown.result == ""
