@@ -7,12 +7,13 @@ from the embedded `Job`, as in Nomad's `Allocation.Stub`.
 The filter datum is the wire dict with every top-level `Allocation` field present: Nomad
 evaluates filters against the Go struct, where zero fields exist, while our wire dict (like
 Nomad's read response) may leave them out. Without this, `NodeName == ""` would fail with
-"couldn't find key" instead of matching.
+"couldn't find key" instead of matching. It is a view (`ZeroFilled`), not a copy: a copied
+36-field dict cost about 1 KB per allocation kept.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from typing import Any, Final
 
 Json = dict[str, Any]
@@ -112,8 +113,38 @@ def stub_from_wire(
     return stub
 
 
+class ZeroFilled(Mapping[str, Any]):
+    """A wire dict seen with every top-level `Allocation` field: absent ones read as zero."""
+
+    __slots__ = ("wire",)
+
+    def __init__(self, wire: Mapping[str, Any]) -> None:
+        self.wire = wire
+
+    def __getitem__(self, key: str) -> Any:
+        found = self.wire.get(key, _ABSENT)
+        return ALLOCATION_ZERO[key] if found is _ABSENT else found
+
+    def get(self, key: str, default: Any = None) -> Any:
+        found = self.wire.get(key, _ABSENT)
+        return ALLOCATION_ZERO.get(key, default) if found is _ABSENT else found
+
+    def __contains__(self, key: object) -> bool:
+        return key in self.wire or key in ALLOCATION_ZERO
+
+    def __iter__(self) -> Iterator[str]:
+        yield from self.wire
+        yield from (name for name in ALLOCATION_ZERO if name not in self.wire)
+
+    def __len__(self) -> int:
+        return len(self.wire) + sum(1 for name in ALLOCATION_ZERO if name not in self.wire)
+
+
+_ABSENT: Final = object()
+
+
 def filter_datum(wire: Mapping[str, Any]) -> Mapping[str, Any]:
-    """The wire dict with absent top-level fields set to their zero values (or itself)."""
+    """The wire dict itself when it has every top-level field, else a `ZeroFilled` view."""
     if all(name in wire for name in ALLOCATION_ZERO):
         return wire
-    return {**ALLOCATION_ZERO, **wire}
+    return ZeroFilled(wire)
