@@ -7,13 +7,14 @@ from the embedded `Job`, as in Nomad's `Allocation.Stub`.
 The filter datum is the wire dict with every top-level `Allocation` field present: Nomad
 evaluates filters against the Go struct, where zero fields exist, while our wire dict (like
 Nomad's read response) may leave them out. Without this, `NodeName == ""` would fail with
-"couldn't find key" instead of matching. It is a view (`ZeroFilled`), not a copy: a copied
-36-field dict cost about 1 KB per allocation kept.
+"couldn't find key" instead of matching. It is a copy (about 0.8 KB per allocation), not a view:
+the filter evaluator's fast path reads plain dicts, and a `Mapping` view over the wire made a
+filter over 10,000 allocations take 17.6 ms instead of 4.1.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping
+from collections.abc import Mapping
 from typing import Any, Final
 
 Json = dict[str, Any]
@@ -113,38 +114,8 @@ def stub_from_wire(
     return stub
 
 
-class ZeroFilled(Mapping[str, Any]):
-    """A wire dict seen with every top-level `Allocation` field: absent ones read as zero."""
-
-    __slots__ = ("wire",)
-
-    def __init__(self, wire: Mapping[str, Any]) -> None:
-        self.wire = wire
-
-    def __getitem__(self, key: str) -> Any:
-        found = self.wire.get(key, _ABSENT)
-        return ALLOCATION_ZERO[key] if found is _ABSENT else found
-
-    def get(self, key: str, default: Any = None) -> Any:
-        found = self.wire.get(key, _ABSENT)
-        return ALLOCATION_ZERO.get(key, default) if found is _ABSENT else found
-
-    def __contains__(self, key: object) -> bool:
-        return key in self.wire or key in ALLOCATION_ZERO
-
-    def __iter__(self) -> Iterator[str]:
-        yield from self.wire
-        yield from (name for name in ALLOCATION_ZERO if name not in self.wire)
-
-    def __len__(self) -> int:
-        return len(self.wire) + sum(1 for name in ALLOCATION_ZERO if name not in self.wire)
-
-
-_ABSENT: Final = object()
-
-
 def filter_datum(wire: Mapping[str, Any]) -> Mapping[str, Any]:
-    """The wire dict itself when it has every top-level field, else a `ZeroFilled` view."""
+    """The wire dict with absent top-level fields set to their zero values (or itself)."""
     if all(name in wire for name in ALLOCATION_ZERO):
         return wire
-    return ZeroFilled(wire)
+    return {**ALLOCATION_ZERO, **wire}
