@@ -3,9 +3,10 @@
 Each replica serves /v1 from its own watch-fed store; Kopf peering (a ClusterKopfPeering of the
 test's own, with distinct priorities) lets only the replica with the highest priority reconcile.
 A replica's JSON log says what it did: Kopf logs "Resuming operations after the pause" when a
-replica starts reconciling and "Pausing operations in favour of ..." when it stops, and each
-handler call with a `k8s_ref` naming the object. That ties reconciliation to one replica even
-while another reconciler (the session's standalone operator) watches the same cluster.
+replica starts reconciling and "Pausing operations in favour of ..." when it stops, and the
+reconciler logs each pass with the allocation it was for. That ties reconciliation to one
+replica even while another reconciler (the session's standalone operator) watches the same
+cluster.
 
 The API-server restart test runs on a LocalCluster of its own, so stopping kube-apiserver
 never disturbs the session's cluster.

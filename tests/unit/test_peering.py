@@ -89,12 +89,40 @@ async def test_a_dead_or_lower_peer_leaves_the_replica_leading(pause: PeeringPau
     assert toggle.is_off() and not pause.paused
 
 
-async def test_kopf_starting_paused_and_resuming_reads_as_leading(pause: PeeringPause) -> None:
-    """Kopf starts with its pause on and logs only the resumption; nothing said before it."""
-    toggle = Toggle(True)
-    assert not pause.paused
+async def test_a_replica_in_a_peering_starts_paused_until_kopf_resumes_it() -> None:
+    """Kopf starts a replica in a peering with its pause on (the toggle pre-activated) and logs
+    only the resumption, so the follower starts paused too and hears of the resumption; the
+    reconciler's watches start on that (`watches`)."""
+    with following_peering(starts_paused=True) as pause:
+        told: list[bool] = []
+        pause.listeners.append(told.append)
+        toggle = Toggle(True)
+        assert pause.paused
+        await _kopf_sees(toggle, {})
+        assert toggle.is_off() and not pause.paused
+        assert told == [False]
+
+
+async def test_a_replica_that_starts_behind_a_higher_peer_stays_paused_without_a_word() -> None:
+    """Kopf says nothing when the pause it started with stays on: the follower must not take
+    that silence for leading."""
+    with following_peering(starts_paused=True) as pause:
+        told: list[bool] = []
+        pause.listeners.append(told.append)
+        toggle = Toggle(True)
+        await _kopf_sees(toggle, {"newer": _peer(MY_PRIORITY + 1)})
+        assert toggle.is_on() and pause.paused
+        assert told == []
+
+
+async def test_listeners_hear_each_change_once(pause: PeeringPause) -> None:
+    told: list[bool] = []
+    pause.listeners.append(told.append)
+    toggle = Toggle(False)
+    await _kopf_sees(toggle, {"newer": _peer(MY_PRIORITY + 1)})
+    await _kopf_sees(toggle, {"newer": _peer(MY_PRIORITY + 1)})
     await _kopf_sees(toggle, {})
-    assert toggle.is_off() and not pause.paused
+    assert told == [True, False]
 
 
 def test_records_below_the_configured_level_are_read_then_dropped() -> None:

@@ -64,9 +64,13 @@ class Credentials:
         if token:
             cfg.api_key = {"BearerToken": token}
 
-    def api_client(self) -> client.ApiClient:
-        """A new client bound to the calling event loop; close it when done."""
-        api = client.ApiClient(configuration=self.configuration())
+    def api_client(self, connections: int | None = None) -> client.ApiClient:
+        """A new client bound to the calling event loop; close it when done. `connections`:
+        at most that many open at once (kubernetes_asyncio's default is 100)."""
+        cfg = self.configuration()
+        if connections is not None:
+            cfg.connection_pool_maxsize = connections
+        api = client.ApiClient(configuration=cfg)
         _skip_environment_lookups(api)
         return api
 

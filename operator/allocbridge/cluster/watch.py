@@ -55,13 +55,17 @@ Pack = Callable[[Json], Any]
 
 
 class ObjectWatches:
-    """The streams the store is fed from: Allocations, and pods by label, in one namespace or
-    (`namespace` None) in all, on one ApiClient bound to the caller's event loop."""
+    """The streams the store and the reconciler are fed from: Allocations, pods by label and
+    Events by field, in one namespace or (`namespace` None) in all, and Nodes; on one ApiClient
+    bound to the caller's event loop."""
 
-    def __init__(self, api: client.ApiClient) -> None:
+    def __init__(
+        self, api: client.ApiClient, on_error: Callable[[Exception], None] | None = None
+    ) -> None:
         # Typed as Any: raw JSON is read, which the generated stubs do not model.
         self.custom: Any = client.CustomObjectsApi(api)
         self.core: Any = client.CoreV1Api(api)
+        self.on_error = on_error  # told of every interruption a stream resumes from
 
     def allocations(
         self, namespace: str | None, *, pack: Pack | None = None
@@ -69,17 +73,47 @@ class ObjectWatches:
         """`pack`: what a listed Allocation is kept as (see `watch`)."""
         kind: dict[str, Any] = {"group": GROUP, "version": VERSION, "plural": PLURAL}
         if namespace is None:
-            return watch(self.custom.list_cluster_custom_object, pack=pack, **kind)
+            return watch(
+                self.custom.list_cluster_custom_object, on_error=self.on_error, pack=pack, **kind
+            )
         return watch(
-            self.custom.list_namespaced_custom_object, pack=pack, **kind, namespace=namespace
+            self.custom.list_namespaced_custom_object,
+            on_error=self.on_error,
+            pack=pack,
+            **kind,
+            namespace=namespace,
         )
 
     def pods(self, namespace: str | None, label_selector: str) -> AsyncIterator[Listed | Changed]:
         if namespace is None:
-            return watch(self.core.list_pod_for_all_namespaces, label_selector=label_selector)
+            return watch(
+                self.core.list_pod_for_all_namespaces,
+                on_error=self.on_error,
+                label_selector=label_selector,
+            )
         return watch(
-            self.core.list_namespaced_pod, label_selector=label_selector, namespace=namespace
+            self.core.list_namespaced_pod,
+            on_error=self.on_error,
+            label_selector=label_selector,
+            namespace=namespace,
         )
+
+    def events(self, namespace: str | None, field_selector: str) -> AsyncIterator[Listed | Changed]:
+        if namespace is None:
+            return watch(
+                self.core.list_event_for_all_namespaces,
+                on_error=self.on_error,
+                field_selector=field_selector,
+            )
+        return watch(
+            self.core.list_namespaced_event,
+            on_error=self.on_error,
+            field_selector=field_selector,
+            namespace=namespace,
+        )
+
+    def nodes(self) -> AsyncIterator[Listed | Changed]:
+        return watch(self.core.list_node, on_error=self.on_error)
 
 
 class ExpiredError(Exception):

@@ -15,7 +15,6 @@ import asyncio
 import itertools
 import logging
 import threading
-from collections.abc import Callable
 from dataclasses import replace
 from typing import Any
 
@@ -25,19 +24,21 @@ import uvloop
 from allocbridge.actions.lifecycle import Actions
 from allocbridge.cluster.connection import Credentials
 from allocbridge.cluster.errors import KubernetesError, NotFoundError, UnavailableError
-from allocbridge.cluster.resources import GROUP, PLURAL, VERSION, Kube
+from allocbridge.cluster.resources import Kube
+from allocbridge.cluster.watch import ObjectWatches
 from allocbridge.config import KubernetesSettings
-from allocbridge.model.pods import (
-    LABEL_MANAGED_BY,
-    MANAGED_BY,
-    MANAGED_SELECTOR,
-    honours_container_restart_policies,
-    owning_allocation,
-)
+from allocbridge.model.pods import LABEL_MANAGED_BY, MANAGED_BY, honours_container_restart_policies
 from allocbridge.reconcile.allocations import Reconciler
-from allocbridge.reconcile.peering import following_peering
+from allocbridge.reconcile.peering import PeeringPause, following_peering
+from allocbridge.reconcile.watches import ReconcilerWatches
 
 log = logging.getLogger(__name__)
+
+#: Connections the reconciler's client keeps to the API server for requests, besides one per
+#: watch: enough to keep a 2-core API server busy when hundreds of pods are created at once,
+#: where every connection more costs a TLS handshake on both sides (kubernetes_asyncio would
+#: open up to 100).
+RECONCILER_REQUESTS = 16
 
 #: Seconds between attempts to create the peering while its kind is not served yet (the last
 #: one repeats: a cluster without the CRD gets a warning a minute).
@@ -79,18 +80,23 @@ async def create_peering(kube: Kube, name: str) -> None:
 def build_registry(
     credentials: Credentials,
     settings: KubernetesSettings,
-    paused: Callable[[], bool] = lambda: False,
+    pause: PeeringPause | None = None,
 ) -> kopf.OperatorRegistry:
-    """The handlers this operator runs; login uses the credentials the process already loaded;
-    `paused` says whether Kopf's peering has paused the operator (see `peering`).
+    """What Kopf runs besides its peering: the login with the credentials the process already
+    loaded, and the start and end of the reconciler and its watches (`watches`); `pause`
+    follows Kopf's peering pause (see `peering`).
 
-    Only low-level `on.event` handlers are used: they add no finalizers and no annotations, so
-    an Allocation never gets stuck when the operator is down, and reconciliation stays
-    level-triggered (see `allocbridge.reconcile.allocations`).
+    No resource handler is registered: the reconciler's own watches feed it, and Kopf's
+    per-event machinery cost more CPU than the reconciliation (see `watches`). So Kopf adds no
+    finalizers and no annotations, an Allocation never gets stuck when the operator is down,
+    and reconciliation stays level-triggered (see `allocbridge.reconcile.allocations`).
     """
     registry = kopf.OperatorRegistry()
     state: dict[str, Any] = {}
     pod_settings = settings.pods
+
+    def paused() -> bool:
+        return pause is not None and pause.paused
 
     @kopf.on.login(registry=registry)
     def login(**_: object) -> kopf.ConnectionInfo:
@@ -98,14 +104,23 @@ def build_registry(
 
     @kopf.on.startup(registry=registry)
     async def startup(**_: Any) -> None:
-        api = credentials.api_client()
+        watching = ReconcilerWatches.count(settings.namespaces)
+        api = credentials.api_client(watching + RECONCILER_REQUESTS)
         state["api"] = api
         kube = Kube(api)
         honoured = honours_container_restart_policies(*await kube.server_version())
         log.info("pods rendered", extra={"container_restart_policies": honoured})
         rendering = replace(pod_settings, container_restart_policies=honoured)
         actions = Actions(kube, credentials.configuration())
-        state["reconciler"] = Reconciler(kube, rendering, actions, paused=paused)
+        reconciler = Reconciler(kube, rendering, actions, paused=paused)
+        state["reconciler"] = reconciler
+        feeding = ReconcilerWatches(
+            reconciler,
+            lambda on_error: ObjectWatches(api, on_error),
+            settings.namespaces,
+            pause,
+        )
+        state["watches"] = asyncio.create_task(feeding.run(), name="reconciler watches")
         if not settings.standalone:
             state["peering"] = asyncio.create_task(create_peering(kube, settings.peering))
 
@@ -119,9 +134,11 @@ def build_registry(
 
     @kopf.on.cleanup(registry=registry)
     async def cleanup(**_: Any) -> None:
-        creating: asyncio.Task[None] | None = state.get("peering")
-        if creating is not None:
-            creating.cancel()
+        for name in ("peering", "watches"):
+            task: asyncio.Task[None] | None = state.get(name)
+            if task is not None:
+                task.cancel()
+                await asyncio.gather(task, return_exceptions=True)
         reconciler: Reconciler | None = state.get("reconciler")
         if reconciler is not None:
             await reconciler.stop()
@@ -129,81 +146,7 @@ def build_registry(
         if api is not None:
             await api.close()
 
-    # Each handler hands the raw watch event (type None for a listed object) to the
-    # reconciler, which keeps the bodies: its passes read them instead of the API server.
-
-    @kopf.on.event(GROUP, VERSION, PLURAL, registry=registry)
-    async def allocation_changed(event: kopf.RawEvent, **_: Any) -> None:
-        state["reconciler"].allocation_event(event["type"], event["object"])
-
-    @kopf.on.event("", "v1", "pods", labels={LABEL_MANAGED_BY: MANAGED_BY}, registry=registry)
-    async def pod_changed(event: kopf.RawEvent, body: kopf.Body, **_: Any) -> None:
-        alloc = owning_allocation(body)
-        if alloc is not None:
-            state["reconciler"].pod_event(event["type"], event["object"], alloc)
-
-    @kopf.on.event("", "v1", "nodes", registry=registry)
-    async def node_changed(event: kopf.RawEvent, **_: Any) -> None:
-        state["reconciler"].node_event(event["type"], event["object"])
-
-    def about_our_pod(body: kopf.Body, **_: Any) -> bool:
-        involved = body.get("involvedObject") or {}
-        return bool(involved.get("kind") == "Pod" and involved.get("name"))
-
-    @kopf.on.event("", "v1", "events", when=about_our_pod, registry=registry)
-    async def pod_event(event: kopf.RawEvent, **_: Any) -> None:
-        state["reconciler"].kubernetes_event(event["type"], event["object"])
-
     return registry
-
-
-def watch_only_what_is_handled(settings: kopf.OperatorSettings) -> None:
-    """Let the API server filter the pods and Events that the handlers would drop.
-
-    A handler's `labels=` and `when=` filter in this process, after the API server has sent
-    every pod and every Event in the watched namespaces (the whole cluster by default); these
-    selectors go into the watch requests themselves, so other workloads cost neither side.
-    """
-    settings.watching.label_selectors["", "v1", "pods"] = MANAGED_SELECTOR
-    settings.watching.field_selectors["", "v1", "events"] = "involvedObject.kind=Pod"
-
-
-class NoDiffBase(kopf.DiffBaseStorage):
-    """No diff base: Kopf would deep-copy every watched body (pods, Events, Allocations with
-    their task events) to diff it, for change-detecting handlers this operator does not have.
-
-    It never writes anything either: with only `on.event` handlers Kopf patches no object.
-    """
-
-    def build(self, *, body: kopf.Body, extra_fields: Any = None) -> kopf.BodyEssence:
-        return kopf.BodyEssence()
-
-    def fetch(self, *, body: kopf.Body) -> kopf.BodyEssence | None:
-        return None
-
-    def store(self, *, body: kopf.Body, patch: kopf.Patch, essence: kopf.BodyEssence) -> None:
-        return None
-
-
-class NoProgress(kopf.ProgressStorage):
-    """No handler progress: Kopf keeps it for change handlers that retry, which this operator
-    does not have, and otherwise copies every event's (empty) diff base to strip it of
-    progress fields. Like `NoDiffBase`, it never writes anything."""
-
-    def fetch(self, *, key: kopf.HandlerId, body: kopf.Body) -> kopf.ProgressRecord | None:
-        return None
-
-    def store(self, **_: Any) -> None:
-        return None
-
-    def purge(self, **_: Any) -> None:
-        return None
-
-    def touch(self, **_: Any) -> None:
-        return None
-
-    def clear(self, *, essence: kopf.BodyEssence) -> kopf.BodyEssence:
-        return essence
 
 
 class OperatorThread:
@@ -233,17 +176,14 @@ class OperatorThread:
 
     async def _operate(self) -> None:
         settings = kopf.OperatorSettings()
-        settings.persistence.diffbase_storage = NoDiffBase()
-        settings.persistence.progress_storage = NoProgress()
         settings.posting.level = logging.WARNING
         settings.watching.server_timeout = 300
         settings.watching.client_timeout = 330
         settings.networking.error_backoffs = [1, 1, 2, 3, 5, 8]
-        watch_only_what_is_handled(settings)
         namespaces = self.settings.namespaces
-        with following_peering() as pause:
+        with following_peering(starts_paused=not self.settings.standalone) as pause:
             await kopf.operator(
-                registry=build_registry(self.credentials, self.settings, lambda: pause.paused),
+                registry=build_registry(self.credentials, self.settings, pause),
                 settings=settings,
                 standalone=self.settings.standalone,
                 priority=self.settings.priority,
