@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from typing import Any, cast
 
@@ -235,3 +236,58 @@ def test_node_events_keep_the_node_each_name_stands_for_now() -> None:
     assert reconciler.nodes["n"].uid == "new"
     reconciler.node_event("DELETED", node("new"))
     assert "n" not in reconciler.nodes
+
+
+async def test_the_watch_echo_of_a_pod_a_pass_holds_makes_no_pass() -> None:
+    """The pod a pass created (its create's answer, stored) comes back from the watch at the
+    same version: nothing new, so no pass; a newer version, or the same one after a list
+    (memory may be behind), makes one. Passes are counted where they start; no request."""
+    reconciler = Reconciler(cast(Kube, None), PodSettings(), settle=0.0)
+    passes: list[tuple[str, str]] = []
+
+    async def count(namespace: str, name: str) -> None:
+        passes.append((namespace, name))
+
+    reconciler.reconcile = count  # type: ignore[method-assign]
+    reconciler.observed.put_allocation(body("a", 5))
+    reconciler.observed.put_pod(body("a", 6, uid="pod"))  # what the create answered
+
+    reconciler.pod_event("ADDED", body("a", 6, uid="pod"), "a")
+    await asyncio.sleep(0.01)
+    assert passes == []
+
+    reconciler.pod_event("MODIFIED", body("a", 7, uid="pod"), "a")
+    await asyncio.sleep(0.01)
+    assert passes == [("ns", "a")]
+
+    reconciler.verify.add(("ns", "a"))
+    reconciler.pod_event(None, body("a", 7, uid="pod"), "a")
+    await asyncio.sleep(0.01)
+    assert passes == [("ns", "a")] * 2
+    await reconciler.stop()
+
+
+async def test_a_pods_changes_and_events_that_come_together_cost_one_pass() -> None:
+    """A pod's binding, its Scheduled Event and the kubelet's status writes of one start come
+    within moments: they wait `settle` seconds for each other and make one pass."""
+    reconciler = Reconciler(cast(Kube, None), PodSettings(), settle=0.05)
+    passes: list[tuple[str, str]] = []
+
+    async def count(namespace: str, name: str) -> None:
+        passes.append((namespace, name))
+
+    reconciler.reconcile = count  # type: ignore[method-assign]
+    reconciler.observed.put_allocation(body("a", 5))
+    reconciler.pod_event("MODIFIED", body("a", 6, uid="pod"), "a")
+    scheduled = {
+        "metadata": {"uid": "e1", "namespace": "ns", "name": "a.1"},
+        "involvedObject": {"kind": "Pod", "namespace": "ns", "name": "a", "uid": "pod"},
+        "reason": "Scheduled",
+    }
+    reconciler.kubernetes_event("ADDED", scheduled)
+    reconciler.pod_event("MODIFIED", body("a", 8, uid="pod"), "a")
+    await asyncio.sleep(0.01)
+    assert passes == []  # still settling
+    await asyncio.sleep(0.15)
+    assert passes == [("ns", "a")]
+    await reconciler.stop()

@@ -1,7 +1,10 @@
 """Reconciles one Allocation at a time onto its pod, level-triggered: the pass.
 
-Watch events for an Allocation, its pod or the pod's Kubernetes Events update `Observed` (the
-latest body of each) and ask `queue` for a pass; a pass applies
+Watch events (`watches`) for an Allocation, its pod or the pod's Kubernetes Events update
+`Observed` (the latest body of each) and ask `queue` for a pass: at once for an Allocation,
+within `DEFAULT_SETTLE` for a pod's change or an Event, so those that come together cost one
+pass; the echo of what a pass holds already (the status it wrote, the pod it created) costs
+none. A pass applies
 `allocbridge.model.status.derive` to what was observed, creates or deletes the pod, writes the
 status through `writes` (which may hold it back to coalesce it with the next change), and
 follows the tasks' pause `schedules`. Passes read memory, not the API server, which is the
@@ -10,7 +13,8 @@ bottleneck when hundreds of allocations start at once; where memory may be behin
 - an allocation that is not observed is read (GET);
 - a pod that is not observed although the status says one was created is read, so a slow pod
   watch never looks like a vanished pod; so is every pod on a pass caused by a (re-)list, which
-  is how Kopf resumes after a pause, when deletions may have been missed;
+  is how the watches resume after Kopf's peering paused them, when deletions may have been
+  missed;
 - a status write conflict (409) or a 404 drops what was observed, and the next pass reads.
 
 The pod's name is fixed, so creating it twice is impossible; an operator restarted half-way
@@ -57,6 +61,12 @@ from allocbridge.reconcile.writes import (
 
 log = logging.getLogger(__name__)
 
+#: Seconds a pass asked for by a pod's change or a Kubernetes Event waits for more of them: a
+#: pod's binding and its Scheduled Event, or the kubelet's status writes of one start, arrive
+#: together and cost one pass instead of one each. Nomad's client, likewise, sends its
+#: allocations' changes to the servers in batches every 200 ms.
+DEFAULT_SETTLE = 0.2
+
 
 class Reconciler:
     """Coalescing, per-allocation reconciliation workers."""
@@ -69,9 +79,11 @@ class Reconciler:
         *,
         coalesce: float = DEFAULT_COALESCE,
         start_hold: float = DEFAULT_START_HOLD,
+        settle: float = DEFAULT_SETTLE,
         paused: Callable[[], bool] = lambda: False,
     ) -> None:
         self.kube = kube
+        self.settle = settle
         # Whether Kopf's peering has paused this replica (see `peering`): then its watches
         # stand still and what it holds grows stale, so timers fire no pass.
         self.paused = paused
@@ -119,14 +131,17 @@ class Reconciler:
             self.schedule(*key)
 
     def pod_event(self, event_type: str | None, body: Json, allocation: str) -> None:
-        """A watch event of a pod this operator manages, owned by Allocation `allocation`."""
+        """A watch event of a pod this operator manages, owned by Allocation `allocation`: a
+        pass, unless it only echoes the version a pass already holds (the pod it created)."""
+        key = (key_of(body)[0], allocation)
         if event_type == "DELETED":
             self.observed.drop_pod(body)
+        elif self.observed.holds_pod(body) and key not in self.verify:
+            return
         else:
             self.observed.put_pod(body)
-        key = (key_of(body)[0], allocation)
         if self.observed.knows(key):
-            self.schedule(*key)
+            self.schedule(*key, delay=self.settle)
 
     def node_event(self, event_type: str | None, body: Json) -> None:
         """A Node watch event: which node each name stands for now. A name can come back as a
@@ -152,7 +167,7 @@ class Reconciler:
         key = (str(involved.get("namespace") or ""), str(involved.get("name") or ""))
         self.observed.put_event(pod_uid, key, kube_event(body), now=time.monotonic())
         if self.observed.knows(key):
-            self.schedule(*key)
+            self.schedule(*key, delay=self.settle)
 
     def _forget(self, key: Key) -> None:
         """Drop what is kept per allocation, once it is gone, and its pending pass: that pass

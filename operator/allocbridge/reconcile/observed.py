@@ -129,6 +129,12 @@ class Observed:
     def put_pod(self, body: Json) -> bool:
         return self._pods.put(body)
 
+    def holds_pod(self, body: Mapping[str, Any]) -> bool:
+        """Whether this very version of the pod is held already (a pass stored what its create
+        or read returned, and the watch now delivers the same)."""
+        held = self._pods.items.get(key_of(body))
+        return held is not None and _uid(held) == _uid(body) and _version(held) == _version(body)
+
     def drop_pod(self, body: Mapping[str, Any]) -> None:
         self._pods.drop(body)
         self._events.pop(_uid(body), None)
