@@ -107,3 +107,25 @@ async def test_a_store_not_synced_closes_1011_no_cluster_leader() -> None:
 
 async def test_without_an_executor_exec_closes_1011() -> None:
     assert await close_of(RUNNING, executor=False) == (INTERNAL_ERROR, NOT_CONFIGURED)
+
+
+async def test_the_upgrade_declines_compression_as_nomad_does() -> None:
+    """A client that offers permessage-deflate (a browser does) gets plain frames."""
+    app = create_app(
+        Metrics(),
+        store=sample_store(),
+        authorizer=AllowAll(),
+        pods=PodClients(executor=cast(PodExecutor, NeverOpened())),
+        sync_timeout=0.2,
+    )
+    client: TestClient[Any, Any] = TestClient(TestServer(app))
+    await client.start_server()
+    try:
+        query = {"task": "server", "command": '["cat"]'}
+        ws = await client.ws_connect(
+            f"/v1/client/allocation/{UNKNOWN}/exec", params=query, compress=15
+        )
+        assert ws.compress == 0
+        await ws.close()
+    finally:
+        await client.close()
