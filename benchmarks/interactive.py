@@ -15,6 +15,10 @@ machine without a tty of their own.
   is a terminal; its own stderr goes to a file, shown on failure), read from the master side in
   the same event loop. The slave is put in raw mode before kubectl starts, so nothing is echoed
   locally: every echo comes from the pod.
+- Beside them, without a goal: a Python client straight to the API server's `pods/exec`
+  (allocbridge's own `PodExecutor`, in this process, with kubectl's admin credentials): the
+  floor of an asyncio client on the same path, without the operator's hop. It tells the
+  operator's share of the keystroke from a Python client's.
 
 Figures (rows `keystroke echo` p50 and p99, `session setup`; goal at most 1.2x kubectl each):
 
@@ -52,6 +56,9 @@ from typing import Final, Protocol
 
 import aiohttp
 
+from allocbridge.cluster.connection import Credentials, load_credentials
+from allocbridge.cluster.podexec import ExecStream, Exited, Output, PodExecutor
+from allocbridge.config import KubernetesSettings
 from benchmarks.harness import Bench, BenchError, Json, OperatorProcess, log
 from benchmarks.population import BUSYBOX, collection, one_task_allocation, wait_running
 from benchmarks.table import Row, median, percentile, within
@@ -314,7 +321,80 @@ class KubectlSession:
         os.close(self.master)
 
 
+class DirectSession:
+    """A shell through the API server's exec WebSocket, with no allocbridge in between: the
+    operator's own client (`PodExecutor`) in this process. Output is read by a task into
+    `received`, as `KubectlSession` reads its pty."""
+
+    def __init__(self, opened: contextlib.AbstractAsyncContextManager[ExecStream]) -> None:
+        self._opened = opened
+        self.received = Received()
+        self._ready = asyncio.Event()
+        self._ended = False
+        self._stream: ExecStream | None = None
+        self._reader: asyncio.Task[None] | None = None
+
+    @classmethod
+    async def open(cls, executor: PodExecutor, target: Target) -> DirectSession:
+        session = cls(executor.open(target.namespace, target.pod, TASK, SHELL, tty=True))
+        session._stream = await session._opened.__aenter__()
+        await session._stream.resize(COLUMNS, ROWS)
+        session._reader = asyncio.create_task(session._read(session._stream))
+        return session
+
+    async def _read(self, stream: ExecStream) -> None:
+        try:
+            async for event in stream.events():
+                if isinstance(event, Output):
+                    self.received.add(event.data)
+                    self._ready.set()
+                elif isinstance(event, Exited):
+                    return
+        finally:
+            self._ended = True
+            self._ready.set()
+
+    async def send(self, data: bytes) -> None:
+        if self._stream is not None:
+            await self._stream.send_stdin(data)
+
+    async def more(self, patience: float) -> bool:
+        if self._ended:
+            return False
+        total = self.received.total
+        self._ready.clear()
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(self._ready.wait(), patience)
+        return self.received.total > total
+
+    async def close(self) -> None:
+        try:
+            with contextlib.suppress(Exception):
+                await self.send(EXIT)
+                if self._reader is not None:
+                    await asyncio.wait_for(asyncio.shield(self._reader), PATIENCE)
+        finally:
+            if self._reader is not None:
+                self._reader.cancel()
+                await asyncio.gather(self._reader, return_exceptions=True)
+            await self._opened.__aexit__(None, None, None)
+
+
+async def direct_executor(bench: Bench) -> PodExecutor:
+    """A `PodExecutor` with the admin kubeconfig kubectl uses."""
+    credentials: Credentials = await load_credentials(
+        KubernetesSettings(kubeconfig=str(bench.cluster.kubeconfig))
+    )
+    return PodExecutor(lambda: credentials)
+
+
 # --- the measurement --------------------------------------------------------------------------
+
+
+#: The sides of a round: allocbridge, its peer, and the diagnostic one (no goal).
+ALLOCBRIDGE: Final = "allocbridge"
+KUBECTL: Final = "kubectl"
+DIRECT: Final = "direct"
 
 
 @dataclass
@@ -337,15 +417,23 @@ async def keystrokes(session: Session, count: int) -> list[float]:
 
 
 async def one_session(
-    bench: Bench, replica: OperatorProcess, target: Target, side: str, keys: int
+    bench: Bench,
+    replica: OperatorProcess,
+    target: Target,
+    side: str,
+    keys: int,
+    *,
+    executor: PodExecutor,
 ) -> tuple[float, list[float]]:
     """Setup seconds and the keystroke times (warm-up dropped) of one session of `side`."""
     session: Session
     began = time.perf_counter()
-    if side == "allocbridge":
+    if side == ALLOCBRIDGE:
         session = await NomadSession.open(bench.http, replica, target.alloc_id)
-    else:
+    elif side == KUBECTL:
         session = KubectlSession.open(bench, target.namespace, target.pod)
+    else:
+        session = await DirectSession.open(executor, target)
     try:
         try:
             await wait_first_byte(session)
@@ -393,22 +481,30 @@ async def measure(
     bench: Bench, replica: OperatorProcess, target: Target, keys: int, sessions: int
 ) -> list[Row]:
     per_session = keys_per_session(keys, sessions)
-    sides = {"allocbridge": Side(), "kubectl": Side()}
+    sides = {ALLOCBRIDGE: Side(), KUBECTL: Side(), DIRECT: Side()}
     log(f"interactive exec: a warm-up session per side, then {sessions} per side")
-    for side in sides:
-        await one_session(bench, replica, target, side, 1)
-    for round_ in range(sessions):
-        order = list(sides) if round_ % 2 == 0 else list(reversed(sides))
-        for side in order:
-            setup, times = await one_session(bench, replica, target, side, per_session)
-            sides[side].setups.append(setup)
-            sides[side].keys += times
-    ours, peer = sides["allocbridge"], sides["kubectl"]
-    return rows(ours, peer, sessions, per_session)
+    executor = await direct_executor(bench)
+    try:
+        for side in sides:
+            await one_session(bench, replica, target, side, 1, executor=executor)
+        for round_ in range(sessions):
+            order = list(sides) if round_ % 2 == 0 else list(reversed(sides))
+            for side in order:
+                setup, times = await one_session(
+                    bench, replica, target, side, per_session, executor=executor
+                )
+                sides[side].setups.append(setup)
+                sides[side].keys += times
+    finally:
+        await executor.close()
+    return rows(sides[ALLOCBRIDGE], sides[KUBECTL], sessions, per_session, sides[DIRECT])
 
 
-def rows(ours: Side, peer: Side, sessions: int, per_session: int) -> list[Row]:
-    """The section's rows from both sides' samples (in seconds)."""
+def rows(
+    ours: Side, peer: Side, sessions: int, per_session: int, direct: Side | None = None
+) -> list[Row]:
+    """The section's rows from the sides' samples (in seconds); `direct`, when measured, gives
+    the diagnostic row of a Python client straight to the API server."""
     kubectl = f"kubectl exec -it, same pod, same API server ({BUSYBOX} sh, tty)"
     count = f"{len(ours.keys)} keystrokes per side ({per_session} per session after {KEY_WARMUP}"
     count += f" warm-up, {sessions} sessions)"
@@ -425,6 +521,22 @@ def rows(ours: Side, peer: Side, sessions: int, per_session: int) -> list[Row]:
         )
         for q in (50, 99)
     ]
+    if direct is not None and direct.keys:
+        result.append(
+            Row(
+                SECTION,
+                "keystroke echo round trip, p50: a Python client straight to the API server",
+                percentile(direct.keys, 50) * 1000,
+                "ms",
+                kubectl,
+                percentile(peer.keys, 50) * 1000,
+                note=(
+                    f"no goal; allocbridge's PodExecutor in the bench's process, no operator hop "
+                    f"(p99 {percentile(direct.keys, 99) * 1000:.2f} ms); {len(direct.keys)} "
+                    "keystrokes in the same rounds"
+                ),
+            )
+        )
     result.append(
         Row(
             SECTION,

@@ -116,3 +116,21 @@ def test_a_ratio_above_the_goal_is_missed() -> None:
     assert p50.ratio == pytest.approx(1.25)
     assert GOAL < 1.25
     assert p50.result == "MISSED"
+
+
+def test_the_direct_client_row_has_no_goal_and_sits_before_setup() -> None:
+    ours = Side(setups=[0.05], keys=[0.0011] * 10)
+    peer = Side(setups=[0.09], keys=[0.0009] * 10)
+    direct = Side(setups=[0.04], keys=[0.0008] * 9 + [0.0030])
+    found = rows(ours, peer, sessions=1, per_session=10, direct=direct)
+    names = [row.name for row in found]
+    name = "keystroke echo round trip, p50: a Python client straight to the API server"
+    assert names.index(name) == names.index("session setup to the first output byte, median") - 1
+    row = found[names.index(name)]
+    assert row.value == pytest.approx(0.8)
+    assert row.peer_value == pytest.approx(0.9)
+    assert row.goals == ()
+    assert row.result == ""
+    assert "no operator hop" in row.note
+    assert "p99 2.80 ms" in row.note  # the 99th of 10 samples, interpolated
+    assert len(rows(ours, peer, sessions=1, per_session=10)) == 3  # not measured: no row
