@@ -166,8 +166,9 @@ class OperatorThread:
     def _main(self) -> None:
         try:
             # uvloop: its event loop and TLS are cheaper per watch event and per request than
-            # asyncio's, and this loop carries Kopf's watches and every reconciler call. (The
-            # HTTP servers stay on asyncio's loop: uvloop lost the tail of an exec stream.)
+            # asyncio's, and this loop carries the reconciler's watches and requests and Kopf's
+            # peering. (The HTTP servers stay on asyncio's loop: uvloop lost the tail of an exec
+            # stream.)
             with asyncio.Runner(loop_factory=uvloop.new_event_loop) as runner:
                 runner.run(self._operate())
         except BaseException as exc:
