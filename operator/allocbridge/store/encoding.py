@@ -44,14 +44,18 @@ class Fragments:
     """A compact JSON text kept as pieces: `separator.join(parts)`, never joined whole here.
 
     A list of 50,000 pre-rendered stubs is 40 MB: its pieces are laid out per request without
-    copying them, and the response writes them a megabyte at a time.
+    copying them, and the response writes them a megabyte at a time. `length`, when the maker
+    knows it, saves a pass over 50,000 objects scattered through the heap.
     """
 
     parts: Sequence[bytes]
     separator: bytes = b""
+    length: int | None = None
 
     def size(self) -> int:
         """The length of the text, without joining it."""
+        if self.length is not None:
+            return self.length
         return sum(map(len, self.parts)) + len(self.separator) * max(0, len(self.parts) - 1)
 
     def join(self) -> bytes:
