@@ -69,6 +69,7 @@ def test_with_go_the_go_clients_list_binds_the_goal_and_aiohttps_is_shown() -> N
         list_large=series(80.0),
         go_small=series(10.0),
         go_large=series(45.0),
+        go_restarted=series(40.0),
         empty_rss=100_000_000,
         live=(800_000_000, 5_000_000_000),
         fresh=(700_000_000, 5_000_000_000),
@@ -79,3 +80,5 @@ def test_with_go_the_go_clients_list_binds_the_goal_and_aiohttps_is_shown() -> N
     assert "Go net/http" in goal.note
     shown = rows["list all 50,000: p50 (aiohttp client)"]
     assert shown.ratio == 8.0 and shown.result == ""
+    restarted = rows["list all 50,000: p50 after the restart"]
+    assert restarted.ratio == 4.0 and restarted.result == ""
