@@ -337,19 +337,25 @@ class DirectSession:
     @classmethod
     async def open(cls, executor: PodExecutor, target: Target) -> DirectSession:
         session = cls(executor.open(target.namespace, target.pod, TASK, SHELL, tty=True))
-        session._stream = await session._opened.__aenter__()
-        await session._stream.resize(COLUMNS, ROWS)
-        session._reader = asyncio.create_task(session._read(session._stream))
+        stream = await session._opened.__aenter__()
+        try:
+            await stream.resize(COLUMNS, ROWS)
+        except BaseException:
+            await session._opened.__aexit__(None, None, None)
+            raise
+        session._stream = stream
+        session._reader = asyncio.create_task(session._read(stream))
         return session
 
     async def _read(self, stream: ExecStream) -> None:
         try:
-            async for event in stream.events():
-                if isinstance(event, Output):
-                    self.received.add(event.data)
-                    self._ready.set()
-                elif isinstance(event, Exited):
-                    return
+            async with contextlib.aclosing(stream.events()) as events:
+                async for event in events:
+                    if isinstance(event, Output):
+                        self.received.add(event.data)
+                        self._ready.set()
+                    elif isinstance(event, Exited):
+                        return
         finally:
             self._ended = True
             self._ready.set()
