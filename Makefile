@@ -105,11 +105,16 @@ deploy-overlay:
 	  "    $$pin" > $(DEPLOY_DIR)/kustomization.yaml
 
 # Installs or upgrades allocbridge wherever KUBECTL points. The CRDs go first, so changed CRDs
-# are established before the replicas that rely on them roll out.
+# are established before the replicas that rely on them roll out. kubectl wait fails at once
+# on a CRD whose status has no conditions yet (a fresh API server), hence the retries.
 deploy: deploy-overlay
 	$(KUBECTL) apply -k crds/
-	$(KUBECTL) wait --for=condition=Established --timeout=60s \
-	  crd/allocations.allocbridge.io crd/clusterkopfpeerings.kopf.dev crd/kopfpeerings.kopf.dev
+	for attempt in 1 2 3 4 5 6 7 8 9 10; do \
+	  $(KUBECTL) wait --for=condition=Established --timeout=60s \
+	    crd/allocations.allocbridge.io crd/clusterkopfpeerings.kopf.dev crd/kopfpeerings.kopf.dev \
+	    && break; \
+	  [ $$attempt -lt 10 ] || exit 1; sleep 1; \
+	done
 	$(KUBECTL) apply -k $(DEPLOY_DIR)
 	$(KUBECTL) -n allocbridge-system rollout status deployment/allocbridge --timeout=180s
 

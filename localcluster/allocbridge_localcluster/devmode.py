@@ -20,6 +20,7 @@ from allocbridge import app, config, logs
 
 from .binaries import BinariesMissingError, default_bin_dir
 from .cluster import LocalCluster
+from .kubectl import Kubectl
 from .realnode import why_unavailable
 
 REPO = Path(__file__).resolve().parents[2]
@@ -61,13 +62,7 @@ def run_dev(state_dir: str, *, api_port: int, ops_port: int, kwok: bool = False)
         if not real_node:
             cluster.create_node("node-1")
         kubectl = [str(cluster.kubectl), f"--kubeconfig={cluster.kubeconfig}"]
-        crds = REPO / "crds"
-        subprocess.run([*kubectl, "apply", "-f", str(crds)], check=True, stdout=subprocess.DEVNULL)
-        subprocess.run(
-            [*kubectl, "wait", "--for=condition=Established", "crd", "--all", "--timeout=60s"],
-            check=True,
-            stdout=subprocess.DEVNULL,
-        )
+        Kubectl.of(cluster).apply_crds(REPO / "crds")
         example = REPO / "examples" / "web.yaml"
         if example.exists():
             subprocess.run([*kubectl, "apply", "-f", str(example)], check=True)

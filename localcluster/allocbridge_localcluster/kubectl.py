@@ -58,6 +58,28 @@ class Kubectl:
         text = manifest if isinstance(manifest, str) else json.dumps(manifest)
         return self("apply", "-f", "-", stdin=text)
 
+    def apply_crds(self, path: Path, timeout: float = 60.0) -> None:
+        """Apply the CRDs in `path` (a file or a folder); wait until each is established.
+
+        Not `kubectl wait --for=condition=Established`: on a fresh API server a CRD can be read
+        before its status has any conditions, and kubectl wait then fails at once
+        (".status.conditions accessor error") instead of waiting."""
+        applied = self("apply", "-f", str(path), "-o", "name").stdout.split()
+        names = [ref.rpartition("/")[2] for ref in applied]
+
+        def established() -> bool:
+            answer = self.json("get", "crd", *names)
+            crds = answer["items"] if answer.get("kind") == "List" else [answer]
+            return len(crds) == len(names) and all(
+                any(
+                    condition.get("type") == "Established" and condition.get("status") == "True"
+                    for condition in (crd.get("status") or {}).get("conditions") or ()
+                )
+                for crd in crds
+            )
+
+        eventually(established, timeout, what=f"the CRDs {', '.join(names)} to be established")
+
     def create_namespace(self, name: str) -> None:
         """Create it and wait for its default ServiceAccount, which pods need."""
         self("create", "namespace", name)

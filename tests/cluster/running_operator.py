@@ -192,26 +192,14 @@ class Operator:
 
 def install(kubectl: Any) -> None:
     """The CRDs and the operator's namespace, ServiceAccount and RBAC, as a user would."""
-    kubectl("apply", "-f", str(REPO / "crds"))
-    kubectl("wait", "--for=condition=Established", "crd", "--all", "--timeout=60s")
+    kubectl.apply_crds(REPO / "crds")
     kubectl("apply", "-f", str(REPO / "manifests" / "namespace.yaml"))
     kubectl("apply", "-f", str(REPO / "manifests" / "rbac.yaml"))
 
 
-def install_retrying(kubectl: Any) -> None:
-    """`install`, again if needed: on a fresh cluster its `kubectl wait crd --all` can catch a
-    CRD that has no conditions yet and fail; applying again is harmless."""
-
-    def installed() -> bool:
-        install(kubectl)
-        return True
-
-    eventually(installed, what="the CRDs and the operator's RBAC")
-
-
 def operator_kubeconfig(kubectl: Any, admin_kubeconfig: Path, folder: Path) -> Path:
     """Install allocbridge and return a kubeconfig of its ServiceAccount, as a replica uses."""
-    install_retrying(kubectl)
+    install(kubectl)
     return service_account_kubeconfig(kubectl, admin_kubeconfig, folder)
 
 

@@ -649,8 +649,7 @@ def test_one_apply_on_a_fresh_cluster_brings_a_waiting_replica_to_reconcile(
     Kopf's peering CRD exists (it keeps retrying), then one `kubectl apply -k manifests/`
     installs everything, and the replica creates its ClusterKopfPeering and reconciles."""
     kubectl = ClusterKubectl(own_cluster)
-    kubectl("apply", "-f", str(REPO / "crds" / "allocations.yaml"))
-    kubectl("wait", "--for=condition=Established", "crd/allocations.allocbridge.io")
+    kubectl.apply_crds(REPO / "crds" / "allocations.yaml")
     for manifest in ("namespace.yaml", "rbac.yaml"):
         kubectl("apply", "-f", str(REPO / "manifests" / manifest))
     kubeconfig = service_account_kubeconfig(kubectl, own_cluster.kubeconfig, tmp_path / "sa")

@@ -26,7 +26,6 @@ from running_operator import (
 from allocbridge.app import IN_FLIGHT_TIMEOUT
 from allocbridge.config import load_file, load_text
 from allocbridge_localcluster.binaries import default_bin_dir
-from allocbridge_localcluster.kubectl import eventually
 
 pytestmark = pytest.mark.cluster
 
@@ -64,13 +63,7 @@ def find(objects: list[dict[str, Any]], kind: str, name: str | None = None) -> d
 
 
 def test_server_side_dry_run_accepts_every_object(kubectl: Any) -> None:
-    # On a fresh cluster install's `kubectl wait crd --all` can catch a CRD before it has
-    # conditions and fail; applying again is harmless.
-    def installed() -> bool:
-        install(kubectl)
-        return True
-
-    eventually(installed, what="the CRDs and the operator's RBAC")
+    install(kubectl)
     done = kubectl("apply", "--dry-run=server", "-k", str(MANIFESTS), check=False)
     assert done.returncode == 0, done.stderr
     assert "Warning" not in done.stderr, done.stderr  # e.g. Pod Security "would violate"
