@@ -8,7 +8,8 @@ Objects come without `metadata.managedFields`: nothing here reads that server-si
 bookkeeping, and it is about half of a parsed Allocation (6 of 13 KB), which a store of 10,000
 keeps for as long as they exist. The snapshot is listed in pages of `LIST_PAGE` objects (one
 consistent snapshot through the continue token), so the bookkeeping of only one page is in
-memory at a time instead of that of every object at once.
+memory at a time instead of that of every object at once. Watch events have them cut from
+their bytes before decoding (`decode_event`), which spares half of a pod event's decoding.
 """
 
 from __future__ import annotations
@@ -188,6 +189,49 @@ def _lean(obj: Json) -> Json:
     return obj
 
 
+_MANAGED_FIELDS = b',"managedFields":['
+
+
+def decode_event(line: bytes) -> Json:
+    """One watch event's JSON, its object's `metadata.managedFields` cut out of the bytes before
+    decoding, not after (see the module's docstring): they are half of a pod's event (3.3 of
+    6.9 KB in a start of 500), and each event is decoded by the store's feed and again by the
+    reconciler's watches.
+
+    The entries of `managedFields` hold strings and objects only, never an array, and the API
+    server escapes every quote inside a string, so the array ends at the first `]` followed by
+    `}` or `,"` (the end of `metadata`, or its next key). Should a string ever hold those
+    bytes (a manager named so), what is left is not JSON: the whole line is decoded instead and
+    the field dropped after.
+    """
+    start = line.find(_MANAGED_FIELDS)
+    if start >= 0:
+        end = _array_end(line, start + len(_MANAGED_FIELDS))
+        if end >= 0:
+            try:
+                event: Json = orjson.loads(line[:start] + line[end + 1 :])
+            except orjson.JSONDecodeError:
+                pass
+            else:
+                return event
+    decoded: Json = orjson.loads(line)
+    if isinstance(decoded.get("object"), dict):
+        _lean(decoded["object"])
+    return decoded
+
+
+def _array_end(line: bytes, position: int) -> int:
+    """Where the `managedFields` array that starts before `position` ends, or -1."""
+    while True:
+        end = line.find(b"]", position)
+        if end < 0:
+            return -1
+        after = line[end + 1 : end + 3]
+        if after[:1] == b"}" or after == b',"':
+            return end
+        position = end + 1
+
+
 async def _stream(
     list_call: ListCall, resource_version: str, params: dict[str, Any]
 ) -> AsyncIterator[Changed]:
@@ -209,11 +253,11 @@ async def _stream(
             line = await response.content.readline()
             if not line:
                 return  # the server ended the watch (timeout): resume from here
-            event = orjson.loads(line)
+            event = decode_event(line)
             kind = event.get("type", "")
             obj = event.get("object") or {}
             if kind == "ERROR":
                 if obj.get("code") == 410:
                     raise ExpiredError()
                 raise RuntimeError(f"watch error: {obj.get('message', obj)}")
-            yield Changed(kind, _lean(obj), int(obj["metadata"]["resourceVersion"]))
+            yield Changed(kind, obj, int(obj["metadata"]["resourceVersion"]))
