@@ -77,3 +77,15 @@ def test_an_event_without_managed_fields_is_decoded_as_is() -> None:
     assert decode_event(line) == orjson.loads(line)
     bookmark = b'{"type":"BOOKMARK","object":{"kind":"Pod","metadata":{"resourceVersion":"9"}}}'
     assert decode_event(bookmark) == orjson.loads(bookmark)
+
+
+def test_a_managed_fields_array_in_the_spec_or_status_is_never_cut() -> None:
+    """An Allocation's task config and task states are free-form: a key named `managedFields`
+    there is the user's data. Without `metadata.managedFields` (cleared by a write of `[{}]`),
+    the first such key in the bytes is the user's, and it stays."""
+    for where in ("spec", "status"):
+        body = event({"name": "a", "resourceVersion": "5"})
+        body["object"][where] = {"config": {"a": 1, "managedFields": [{"k": "v"}]}, "x": 1}
+        line = json.dumps(body, separators=(",", ":")).encode()
+        assert b',"managedFields":[' in line
+        assert decode_event(line) == orjson.loads(line), where

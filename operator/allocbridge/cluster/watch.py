@@ -202,12 +202,14 @@ def decode_event(line: bytes) -> Json:
     server escapes every quote inside a string, so the array ends at the first `]` followed by
     `}` or `,"` (the end of `metadata`, or its next key). Should a string ever hold those
     bytes (a manager named so), what is left is not JSON: the whole line is decoded instead and
-    the field dropped after.
+    the field dropped after. The cut must also end before the object's `spec` and `status`:
+    an object whose metadata has no `managedFields` may still have a field of that name there
+    (an Allocation's free-form task config and task states), which must never be cut.
     """
     start = line.find(_MANAGED_FIELDS)
     if start >= 0:
         end = _array_end(line, start + len(_MANAGED_FIELDS))
-        if end >= 0:
+        if end >= 0 and _before_body(line, end):
             try:
                 event: Json = orjson.loads(line[:start] + line[end + 1 :])
             except orjson.JSONDecodeError:
@@ -218,6 +220,16 @@ def decode_event(line: bytes) -> Json:
     if isinstance(decoded.get("object"), dict):
         _lean(decoded["object"])
     return decoded
+
+
+#: The object's keys after `metadata` that hold user-written objects. Inside `metadata` no key
+#: of these names holds an object (annotation values are strings; field sets say `f:spec`).
+_BODY_KEYS = (b',"spec":{', b',"status":{')
+
+
+def _before_body(line: bytes, end: int) -> bool:
+    """Whether the bytes up to `end` lie before the object's `spec` and `status`."""
+    return all(line.find(key, 0, end) < 0 for key in _BODY_KEYS)
 
 
 def _array_end(line: bytes, position: int) -> int:
