@@ -75,13 +75,11 @@ class RecentParts:
 
     Keyed by those inputs, the spec by identity (`RecentSpecs` hands out one object per spec
     content; the entry holds it, so its id is not reused meanwhile). The parts are read-only
-    like every stored wire's (see `allocation.StoredAllocation`). Bounded as `RecentSpecs` is,
-    so the specs it holds are mostly those `RecentSpecs` holds anyway (each allocation of a
-    store may have a spec of its own); the parts of current allocations are the stored wires'
-    own, so the table adds little besides its keys.
+    like every stored wire's (see `allocation.StoredAllocation`). Bounded; the parts of current
+    allocations are the stored wires' own, so the table adds little besides its keys.
     """
 
-    def __init__(self, shared: SharedParts, limit: int = 512) -> None:
+    def __init__(self, shared: SharedParts, limit: int = 1024) -> None:
         self.shared = shared
         self.limit = limit
         self._parts: OrderedDict[tuple[int, str, int, int, str], tuple[AllocationSpec, Json]] = (
