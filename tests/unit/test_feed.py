@@ -14,8 +14,7 @@ from kubernetes_asyncio import client
 
 from allocbridge.cluster.watch import Changed, Listed, ObjectWatches
 from allocbridge.store import AllocationStore
-from allocbridge.store.feed import RecentParts, RecentSpecs, StoreFeed, _keyed, render
-from allocbridge.store.sharing import SharedParts
+from allocbridge.store.feed import RecentSpecs, StoreFeed, _keyed, render
 
 EXAMPLES = Path(__file__).parents[2] / "examples"
 UID = "8c3d9a1f-0000-4000-8000-000000000001"
@@ -239,54 +238,3 @@ async def test_a_list_of_packed_allocations_fills_the_store_as_a_list_of_objects
         uid = obj["metadata"]["uid"]
         a, b = plain.get(uid), packed.get(uid)
         assert a is not None and b is not None and a.wire_json == b.wire_json
-
-
-async def test_an_allocations_spec_parts_are_rendered_again_only_when_their_inputs_change(
-    api: client.ApiClient,
-) -> None:
-    """A start's status writes reuse the `Job` and resources rendered before (`RecentParts`);
-    a new pod address or spec renders them again, and every stored form is what a render
-    without the cache makes."""
-    feed, store = synced_feed(api)
-    first = example(generation=1, version=120)
-    feed._change(Changed("ADDED", first, 120))
-    added = store.get(UID)
-    status_only = copy.deepcopy(first)
-    status_only["metadata"]["resourceVersion"] = "121"
-    # As the reconciler's first status write records it: the version first seen.
-    status_only["status"] = {"clientStatus": "running", "createIndex": 120}
-    feed._change(Changed("MODIFIED", status_only, 121))
-    written = store.get(UID)
-    assert added is not None and written is not None and written is not added
-    assert written.wire["Job"] is added.wire["Job"]
-    assert written.wire["AllocatedResources"] is added.wire["AllocatedResources"]
-    assert written.wire_json == render(status_only, None).wire_json
-
-    addressed = pod(122, phase="Running", podIP="10.0.0.9")
-    feed._change(Changed("ADDED", addressed, 122))
-    moved = store.get(UID)
-    assert moved is not None and moved.wire["Job"] is not written.wire["Job"]
-    assert moved.wire_json == render(status_only, addressed).wire_json
-    assert moved.stub_json() == render(status_only, addressed).stub_json()
-
-    renamed = copy.deepcopy(status_only)
-    renamed["metadata"].update(generation=2, resourceVersion="123")
-    renamed["spec"]["tasks"][0]["name"] = "renamed"
-    feed._change(Changed("MODIFIED", renamed, 123))
-    assert task_names(store)[0] == "renamed"
-    changed = store.get(UID)
-    assert changed is not None
-    assert changed.wire_json == render(renamed, addressed).wire_json
-
-
-def test_recent_parts_are_bounded_and_keyed_by_the_spec_object() -> None:
-    shared = SharedParts()
-    parts = RecentParts(shared, limit=2)
-    spec = RecentSpecs().usable(example(generation=1, version=120))
-    assert spec is not None
-    first = parts(spec, "default", 120, 1, "")
-    assert parts(spec, "default", 120, 1, "") is first
-    assert parts(spec.model_copy(), "default", 120, 1, "") is not first, "an equal spec object"
-    parts(spec, "default", 121, 1, "")
-    parts(spec, "default", 122, 1, "")
-    assert parts(spec, "default", 120, 1, "") is not first, "the oldest entry was dropped"

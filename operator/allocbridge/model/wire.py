@@ -15,7 +15,7 @@ import functools
 import hashlib
 import sys
 import uuid
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from typing import Any
 
 from allocbridge.model import jobs
@@ -186,41 +186,11 @@ def _deleting(obj: Mapping[str, Any] | None) -> bool:
     return bool(((obj or {}).get("metadata") or {}).get("deletionTimestamp"))
 
 
-def spec_parts(
-    spec: AllocationSpec, namespace: str, create_index: int, create_time: int, ip: str
-) -> Json:
-    """The allocation's fields that follow from its spec alone, given where and when it was
-    created and its pod's address: `Job` and the four resource shapes (most of a render)."""
-    ports = {p.label: p.value for p in spec.ports()}
-    return {
-        "Job": jobs.render_job(
-            spec,
-            namespace=namespace,
-            create_index=create_index,
-            modify_index=create_index,
-            submit_time=create_time,
-        ),
-        "Resources": jobs.render_resources(spec, ports=ports, ip=ip),
-        "SharedResources": jobs.render_shared_resources(spec, ports=ports, ip=ip),
-        "TaskResources": jobs.render_task_resources(spec),
-        "AllocatedResources": jobs.render_allocated_resources(spec, ports=ports, ip=ip),
-    }
-
-
-#: What renders `spec_parts` for `allocation`: `spec_parts` itself, or a cache of its results
-#: (the store's feed: an allocation's status writes and pod changes leave them equal).
-SpecParts = Callable[[AllocationSpec, str, int, int, str], Json]
-
-
 def allocation(
-    obj: Mapping[str, Any],
-    spec: AllocationSpec | None,
-    pod: Mapping[str, Any] | None = None,
-    parts: SpecParts = spec_parts,
+    obj: Mapping[str, Any], spec: AllocationSpec | None, pod: Mapping[str, Any] | None = None
 ) -> Json:
     """The full Nomad `Allocation` for an Allocation object (spec is None if invalid: the `Job`
-    is then a stand-in, see `jobs.render_unparsed_job`). `parts` gives the spec's fields (see
-    `SpecParts`); the dicts it returns become the wire's own."""
+    is then a stand-in, see `jobs.render_unparsed_job`)."""
     meta = obj["metadata"]
     status: Mapping[str, Any] = obj.get("status") or {}
     raw_spec: Mapping[str, Any] = obj.get("spec") or {}
@@ -281,7 +251,18 @@ def allocation(
         "ModifyTime": int(status.get(MODIFY_TIME) or create_time),
     }
     if spec is not None:
-        wire.update(parts(spec, namespace, create_index, create_time, ip))
+        ports = {p.label: p.value for p in spec.ports()}
+        wire["Job"] = jobs.render_job(
+            spec,
+            namespace=namespace,
+            create_index=create_index,
+            modify_index=create_index,
+            submit_time=create_time,
+        )
+        wire["Resources"] = jobs.render_resources(spec, ports=ports, ip=ip)
+        wire["SharedResources"] = jobs.render_shared_resources(spec, ports=ports, ip=ip)
+        wire["TaskResources"] = jobs.render_task_resources(spec)
+        wire["AllocatedResources"] = jobs.render_allocated_resources(spec, ports=ports, ip=ip)
     else:
         wire["Job"] = jobs.render_unparsed_job(raw_spec, namespace=namespace)
         wire.update(Resources=None, SharedResources=None, TaskResources=None)

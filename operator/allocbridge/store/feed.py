@@ -67,60 +67,17 @@ class RecentSpecs:
         return spec
 
 
-class RecentParts:
-    """The spec's parts of the allocations rendered last (`wire.spec_parts`: `Job` and the
-    resource shapes, half of a render), shared: an allocation's start re-renders it for each
-    status write and each pod change it shows (three times in a start), and they leave those
-    parts equal unless the spec, the creation or the pod's address changes.
-
-    Keyed by those inputs, the spec by identity (`RecentSpecs` hands out one object per spec
-    content; the entry holds it, so its id is not reused meanwhile). The parts are read-only
-    like every stored wire's (see `allocation.StoredAllocation`). Bounded; the parts of current
-    allocations are the stored wires' own, so the table adds little besides its keys.
-    """
-
-    def __init__(self, shared: SharedParts, limit: int = 1024) -> None:
-        self.shared = shared
-        self.limit = limit
-        self._parts: OrderedDict[tuple[int, str, int, int, str], tuple[AllocationSpec, Json]] = (
-            OrderedDict()
-        )
-
-    def __call__(
-        self, spec: AllocationSpec, namespace: str, create_index: int, create_time: int, ip: str
-    ) -> Json:
-        key = (id(spec), namespace, create_index, create_time, ip)
-        found = self._parts.get(key)
-        if found is not None and found[0] is spec:
-            self._parts.move_to_end(key)
-            return found[1]
-        parts = self.shared.share_spec_parts(
-            wire.spec_parts(spec, namespace, create_index, create_time, ip)
-        )
-        self._parts[key] = (spec, parts)
-        if len(self._parts) > self.limit:
-            self._parts.popitem(last=False)
-        return parts
-
-
 def render(
     obj: Mapping[str, Any],
     pod: Mapping[str, Any] | None,
     specs: RecentSpecs | None = None,
     shared: SharedParts | None = None,
-    parts: RecentParts | None = None,
 ) -> StoredAllocation:
-    """One Allocation object (and its pod) as the store keeps it; `parts`, if given, must
-    share with `shared`."""
+    """One Allocation object (and its pod) as the store keeps it."""
     usable = usable_spec(obj) if specs is None else specs.usable(obj)
-    if parts is None:
-        rendered = wire.allocation(obj, usable, pod)
-        cached = False
-    else:
-        rendered = wire.allocation(obj, usable, pod, parts)
-        cached = usable is not None
+    rendered = wire.allocation(obj, usable, pod)
     return StoredAllocation.from_wire(
-        rendered if shared is None else shared.share(rendered, spec_parts_shared=cached),
+        rendered if shared is None else shared.share(rendered),
         services=wire.services(obj, usable, pod),
         checks=wire.checks(obj, usable, pod),
         object_name=str(obj["metadata"]["name"]),
@@ -144,7 +101,6 @@ class StoreFeed:
         self._expected: set[str] = set()
         self.specs = RecentSpecs()
         self.shared = SharedParts()
-        self.parts = RecentParts(self.shared)
 
     async def run(self) -> None:
         streams: list[tuple[str, AsyncIterator[Listed | Changed]]] = []
@@ -217,7 +173,7 @@ class StoreFeed:
             self.store.upsert(self._render(obj, self.pods.get(key)))
 
     def _render(self, obj: Mapping[str, Any], pod: Mapping[str, Any] | None) -> StoredAllocation:
-        return render(obj, pod, self.specs, self.shared, self.parts)
+        return render(obj, pod, self.specs, self.shared)
 
     @property
     def _synced(self) -> bool:

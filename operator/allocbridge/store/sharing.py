@@ -19,13 +19,16 @@ from allocbridge.store import encoding
 
 Json = dict[str, Any]
 
-#: Top-level wire fields that are functions of the spec (and the pod's address and ports): what
-#: `wire.spec_parts` renders besides `Job`, whose `TaskGroups` are shared too.
-SPEC_FIELDS: Final = ("Resources", "SharedResources", "TaskResources", "AllocatedResources")
-#: The rest that is shared: the metrics (from the raw job) and the desired transition, nearly
-#: always all null.
-OWN_FIELDS: Final = ("DesiredTransition", "Metrics")
-SHARED_FIELDS: Final = OWN_FIELDS + SPEC_FIELDS
+#: Top-level wire fields that are functions of the spec (and the pod's address and ports), and
+#: the desired transition, nearly always all null.
+SHARED_FIELDS: Final = (
+    "DesiredTransition",
+    "Metrics",
+    "Resources",
+    "SharedResources",
+    "TaskResources",
+    "AllocatedResources",
+)
 
 
 class SharedParts:
@@ -51,24 +54,13 @@ class SharedParts:
         self._known[key] = value
         return value
 
-    def share(self, wire: Json, *, spec_parts_shared: bool = False) -> Json:
+    def share(self, wire: Json) -> Json:
         """`wire` with its spec-derived parts replaced by shared equal ones; it must not be
-        handed out yet (its own `Job` dict is changed in place). `spec_parts_shared`: its
-        spec's parts came from `share_spec_parts` already, so only `OWN_FIELDS` are left."""
-        if spec_parts_shared:
-            for name in OWN_FIELDS:
-                if name in wire:
-                    wire[name] = self.canonical(wire[name])
-            return wire
-        return self.share_spec_parts(self.share(wire, spec_parts_shared=True))
-
-    def share_spec_parts(self, parts: Json) -> Json:
-        """`parts` (a wire or `wire.spec_parts`' result) with `SPEC_FIELDS` and `Job.TaskGroups`
-        replaced by shared equal ones; its own `Job` dict is changed in place."""
-        for name in SPEC_FIELDS:
-            if name in parts:
-                parts[name] = self.canonical(parts[name])
-        job = parts.get("Job")
+        handed out yet (its own `Job` dict is changed in place)."""
+        for name in SHARED_FIELDS:
+            if name in wire:
+                wire[name] = self.canonical(wire[name])
+        job = wire.get("Job")
         if isinstance(job, dict) and "TaskGroups" in job:
             job["TaskGroups"] = self.canonical(job["TaskGroups"])
-        return parts
+        return wire
