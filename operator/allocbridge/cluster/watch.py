@@ -72,49 +72,45 @@ class ObjectWatches:
         self, namespace: str | None, *, pack: Pack | None = None
     ) -> AsyncIterator[Listed | Changed]:
         """`pack`: what a listed Allocation is kept as (see `watch`)."""
-        kind: dict[str, Any] = {"group": GROUP, "version": VERSION, "plural": PLURAL}
-        if namespace is None:
-            return watch(
-                self.custom.list_cluster_custom_object, on_error=self.on_error, pack=pack, **kind
-            )
-        return watch(
-            self.custom.list_namespaced_custom_object,
-            on_error=self.on_error,
+        custom = self.custom
+        return self._watch(
+            custom.list_cluster_custom_object,
+            custom.list_namespaced_custom_object,
+            namespace,
             pack=pack,
-            **kind,
-            namespace=namespace,
+            group=GROUP,
+            version=VERSION,
+            plural=PLURAL,
         )
 
     def pods(self, namespace: str | None, label_selector: str) -> AsyncIterator[Listed | Changed]:
-        if namespace is None:
-            return watch(
-                self.core.list_pod_for_all_namespaces,
-                on_error=self.on_error,
-                label_selector=label_selector,
-            )
-        return watch(
-            self.core.list_namespaced_pod,
-            on_error=self.on_error,
+        core = self.core
+        return self._watch(
+            core.list_pod_for_all_namespaces,
+            core.list_namespaced_pod,
+            namespace,
             label_selector=label_selector,
-            namespace=namespace,
         )
 
     def events(self, namespace: str | None, field_selector: str) -> AsyncIterator[Listed | Changed]:
-        if namespace is None:
-            return watch(
-                self.core.list_event_for_all_namespaces,
-                on_error=self.on_error,
-                field_selector=field_selector,
-            )
-        return watch(
-            self.core.list_namespaced_event,
-            on_error=self.on_error,
+        core = self.core
+        return self._watch(
+            core.list_event_for_all_namespaces,
+            core.list_namespaced_event,
+            namespace,
             field_selector=field_selector,
-            namespace=namespace,
         )
 
     def nodes(self) -> AsyncIterator[Listed | Changed]:
         return watch(self.core.list_node, on_error=self.on_error)
+
+    def _watch(
+        self, everywhere: ListCall, namespaced: ListCall, namespace: str | None, **params: Any
+    ) -> AsyncIterator[Listed | Changed]:
+        """`watch` with the cluster-wide list call, or the namespaced one in `namespace`."""
+        if namespace is None:
+            return watch(everywhere, on_error=self.on_error, **params)
+        return watch(namespaced, on_error=self.on_error, namespace=namespace, **params)
 
 
 class ExpiredError(Exception):
