@@ -36,10 +36,20 @@ async def build() -> Path | None:
     return BINARY
 
 
-async def run(binary: Path, command: str, *args: str) -> Json:
-    """`goclients <command> <args>`'s JSON output; its stderr in the error when it fails."""
+async def run(binary: Path, command: str, *args: str, gomaxprocs: int = 0) -> Json:
+    """`goclients <command> <args>`'s JSON output; its stderr in the error when it fails.
+
+    `gomaxprocs` above 0 caps the threads that run the client's Go code (`GOMAXPROCS`); 0 leaves
+    Go's default, one per core.
+    """
+    env = {**os.environ, "GOMAXPROCS": str(gomaxprocs)} if gomaxprocs > 0 else None
     process = await asyncio.create_subprocess_exec(
-        str(binary), command, *args, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE
+        str(binary),
+        command,
+        *args,
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.PIPE,
+        env=env,
     )
     out, err = await process.communicate()
     if process.returncode != 0:

@@ -16,8 +16,12 @@ API server first at 32. Neither side decodes the JSON.
 The client shares the machine's two cores with both servers, so its own cost per request is in
 both sides' figures, and weighs most on the faster side. The goal rows use one lean client for
 both sides: Go's net/http (`benchmarks/goclients load`, the kind of client the nomad CLI is), in
-a process of its own. The same loads with aiohttp in this process (what this section measured
-first) follow without a goal; without Go, they are the goal rows.
+a process of its own, with `GOMAXPROCS=1` on both sides by default (`--load-gomaxprocs`; 0 is
+Go's default, a thread per core): with a thread per core, the client's idle threads spin looking
+for work on the cores the servers need, which costs the single-threaded Python server more than
+the multi-threaded API server. The peer gets the same client with the same setting. The same
+loads with aiohttp in this process (what this section measured first) follow without a goal;
+without Go, they are the goal rows.
 """
 
 from __future__ import annotations
@@ -78,8 +82,9 @@ def aiohttp_driver(fetch: Fetch) -> Driver:
     return drive
 
 
-def go_driver(binary: Path, url: str, *auth: str) -> Driver:
-    """`goclients load` on `url`; `auth` is `-token T` or the `-ca/-cert/-key` files."""
+def go_driver(binary: Path, url: str, *auth: str, gomaxprocs: int = 0) -> Driver:
+    """`goclients load` on `url`; `auth` is `-token T` or the `-ca/-cert/-key` files;
+    `gomaxprocs` as `golang.run` takes it."""
 
     async def drive(clients: int, seconds: float) -> Load:
         result = await golang.run(
@@ -94,6 +99,7 @@ def go_driver(binary: Path, url: str, *auth: str) -> Driver:
             str(seconds),
             "-warmup",
             str(WARMUP),
+            gomaxprocs=gomaxprocs,
         )
         latencies = Latencies.of(result["latencies"])
         return Load(latencies, rate(latencies.n, result["seconds"]))
@@ -112,8 +118,15 @@ class Client:
 
 
 async def measure(
-    bench: Bench, replica: OperatorProcess, namespace: str, name: str, seconds: float
+    bench: Bench,
+    replica: OperatorProcess,
+    namespace: str,
+    name: str,
+    seconds: float,
+    *,
+    gomaxprocs: int = 1,
 ) -> list[Row]:
+    """The rows; `gomaxprocs` is the Go client's on both sides (0: Go's default)."""
     obj = await bench.api.get(f"{collection(namespace)}/{name}")
     our_url = f"{replica.api}/v1/allocation/{obj['metadata']['uid']}"
     peer_url = f"{bench.api.server}{collection(namespace)}/{name}"
@@ -135,11 +148,12 @@ async def measure(
             "-key",
             str(pki.admin_key),
         )
+        threads = f"GOMAXPROCS={gomaxprocs}" if gomaxprocs > 0 else "Go's default GOMAXPROCS"
         clients = [
             Client(
-                "Go net/http",
-                go_driver(binary, our_url, "-token", bench.client_token),
-                go_driver(binary, peer_url, *certificate),
+                f"Go net/http, {threads}",
+                go_driver(binary, our_url, "-token", bench.client_token, gomaxprocs=gomaxprocs),
+                go_driver(binary, peer_url, *certificate, gomaxprocs=gomaxprocs),
                 goal=True,
             ),
             Client("aiohttp", ours, peer, goal=False),

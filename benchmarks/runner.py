@@ -118,6 +118,12 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
         "--series-budget", type=float, default=20.0, help="seconds after which a series stops"
     )
     timing.add_argument("--rps-seconds", type=float, default=5.0, help="seconds per rate")
+    timing.add_argument(
+        "--load-gomaxprocs",
+        type=int,
+        default=1,
+        help="GOMAXPROCS of the single reads' Go client, both sides (0: Go's default)",
+    )
     timing.add_argument("--concurrency", type=int, default=4, help="clients for the rates")
     timing.add_argument("--kubectl-samples", type=int, default=5, help="kubectl runs per list")
     timing.add_argument("--per-page", type=int, default=100, help="page size of the walk")
@@ -156,6 +162,8 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     if unknown:
         parser.error(f"unknown sections {unknown}; choose from {', '.join(SECTIONS)}")
     options.sections = frozenset(chosen)
+    if options.load_gomaxprocs < 0:
+        parser.error("--load-gomaxprocs must be at least 0 (0: Go's default)")
     if not 0 < options.logs_mb <= 9.5:
         parser.error("--logs-mb must be above 0 and at most 9.5 (kubelet rotates at 10 MiB)")
     for name in (
@@ -343,7 +351,12 @@ async def _store(
         )
     if "reads" in options.sections:
         rows += await reads.measure(
-            bench, replica, namespaces[0], "alloc-00000", options.rps_seconds
+            bench,
+            replica,
+            namespaces[0],
+            "alloc-00000",
+            options.rps_seconds,
+            gomaxprocs=options.load_gomaxprocs,
         )
     if "paging" in options.sections:
         rows += await paging.measure(

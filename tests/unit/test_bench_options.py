@@ -43,6 +43,16 @@ def test_the_scale_section_runs_on_request() -> None:
     assert options.scale_allocations == 20_000
 
 
+def test_the_single_reads_go_client_runs_on_one_thread_unless_told(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    assert parse_args([]).load_gomaxprocs == 1
+    assert parse_args(["--load-gomaxprocs", "0"]).load_gomaxprocs == 0  # Go's default
+    with pytest.raises(SystemExit):
+        parse_args(["--load-gomaxprocs", "-1"])
+    assert "--load-gomaxprocs must be at least 0" in capsys.readouterr().err
+
+
 def test_the_writes_diagnostic_runs_on_request() -> None:
     options = parse_args(["--only", "reconcile,writes", "--writes", "200"])
     assert options.sections == frozenset({"reconcile", "writes"})
