@@ -12,7 +12,7 @@ from __future__ import annotations
 import asyncio
 import base64
 import json
-from collections.abc import AsyncGenerator, AsyncIterator, Sequence
+from collections.abc import AsyncIterator, Sequence
 from contextlib import asynccontextmanager
 from typing import Any, cast
 
@@ -117,33 +117,58 @@ def test_any_command_parameter_is_a_command_or_a_frame_error(raw: str | None) ->
 
 
 class CatStream:
-    """`cat` in a container: echoes stdin to stdout and exits 0 when stdin closes."""
+    """`cat` in a container: echoes stdin to stdout and exits 0 when stdin closes. Like the
+    real stream, it hands its events to the relay's listener on later turns of the loop."""
 
     protocol = "v5.channel.k8s.io"
     asked_at = 0.0
     first_output_at = None
+    write_buffer_size = 0
 
     def __init__(self) -> None:
-        self.events_queue: asyncio.Queue[Event] = asyncio.Queue()
+        self.listener: Any = None
+        self.pending: list[Event] = []
         self.exited = False
 
-    async def send_stdin(self, data: bytes) -> None:
-        await self.events_queue.put(Output(Channel.STDOUT, data))
+    def _emit(self, event: Event) -> None:
+        if self.listener is None:
+            self.pending.append(event)
+        else:
+            asyncio.get_running_loop().call_soon(self._deliver, event)
 
-    async def close_stdin(self) -> bool:
-        await self.events_queue.put(Exited(0))
+    def _deliver(self, event: Event) -> None:
+        self.listener.on_event(event)
+        if isinstance(event, Exited):
+            self.exited = True
+            self.listener.on_end(None)
+
+    def write_stdin(self, data: bytes) -> None:
+        self._emit(Output(Channel.STDOUT, data))
+
+    def write_close_stdin(self) -> bool:
+        self._emit(Exited(0))
         return True
 
-    async def resize(self, width: int, height: int) -> None:
+    def write_resize(self, width: int, height: int) -> None:
         pass
 
-    async def events(self) -> AsyncGenerator[Event, None]:
-        while True:
-            event = await self.events_queue.get()
-            self.exited = isinstance(event, Exited)
-            yield event
-            if self.exited:
-                return
+    async def drain(self) -> None:
+        pass
+
+    def pause_reading(self) -> None:
+        pass
+
+    def resume_reading(self) -> None:
+        pass
+
+    def listen(self, listener: Any) -> None:
+        self.listener = listener
+        for event in self.pending:
+            self._emit(event)
+        self.pending = []
+
+    async def close(self) -> None:
+        pass
 
 
 class CatExecutor:

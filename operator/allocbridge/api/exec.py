@@ -41,10 +41,10 @@ import json
 import logging
 import time
 from collections.abc import Mapping
-from typing import Any, Final
+from typing import Any, Final, cast
 from urllib.parse import urlsplit
 
-from aiohttp import WSCloseCode, WSMsgType, web
+from aiohttp import WSCloseCode, web
 
 from allocbridge.actions.lifecycle import Target
 from allocbridge.api.context import Streams, context, synced_store
@@ -63,13 +63,17 @@ from allocbridge.auth import extract_token as header_token
 from allocbridge.cluster.errors import KubernetesError, NotFoundError
 from allocbridge.cluster.leftovers import EndedSession, end_leftover
 from allocbridge.cluster.podexec import (
+    HIGH_WATER,
+    LOW_WATER,
     Channel,
     ContainerNotRunningError,
+    Event,
     ExecStream,
     Exited,
     Output,
     OutputClosed,
     PodExecutor,
+    drained,
 )
 from allocbridge.model.allocstatus import TERMINAL
 from allocbridge.model.execframes import (
@@ -84,6 +88,19 @@ from allocbridge.model.execframes import (
     parse_handshake,
 )
 from allocbridge.model.goformat import go_quote
+from allocbridge.model.websocket import (
+    OP_BINARY,
+    OP_CLOSE,
+    OP_PING,
+    OP_PONG,
+    OP_TEXT,
+    FrameParser,
+    ProtocolError,
+    accept_key,
+    close_payload,
+    encode,
+    valid_key,
+)
 
 log = logging.getLogger(__name__)
 
@@ -181,78 +198,282 @@ class _CloseError(Exception):
         self.reason = reason
 
 
-class _ClientGoneError(Exception):
-    """The client's connection broke while a frame was being sent."""
+class _ClientLeftError(Exception):
+    """The client closed the WebSocket or its connection ended."""
 
 
-class _ClientSocket:
-    """The client's WebSocket with every write under one lock."""
+class _ExitedError(Exception):
+    """The process exited and its exit frame went to the client."""
 
-    def __init__(self, ws: web.WebSocketResponse, stopping: asyncio.Event) -> None:
-        self.ws = ws
-        self._stopping = stopping
-        self._lock = asyncio.Lock()
 
-    async def send(self, frame: bytes) -> None:
-        """Send `frame`, UTF-8 JSON text, as a text message."""
-        async with self._lock:
-            try:
-                await self.ws.send_frame(frame, WSMsgType.TEXT)
-            except ConnectionError as exc:
-                raise _ClientGoneError from exc
+class _Client:
+    """The client's side of a session: a server's WebSocket over the upgraded connection.
 
-    async def close(self, code: int, reason: str = "") -> None:
-        """Send the close frame, then wait for the client's: up to `CLOSE_WAIT`, and from the
-        moment the server starts stopping, up to `SHUTDOWN_CLOSE_WAIT` more."""
-        async with self._lock:
-            if self.ws.closed:
+    aiohttp's connection protocol hands the bytes to `feed_data`, which parses them into
+    frames; what a frame asks for (stdin, a resize, a stdin close) goes straight to the
+    Kubernetes stream, and output from it straight to the client's transport (`on_event`),
+    without a task in between. Until the stream is open (`relay`), client frames are kept.
+
+    The session's outcome is `ended`'s result: `_ExitedError`, `_ClientLeftError`, a `_CloseError`
+    for a bad frame, or the stream's KubernetesError.
+
+    Flow control: output is written while less than `HIGH_WATER` bytes wait for the client;
+    above it the Kubernetes stream is not read until they are below `LOW_WATER`. Input is
+    likewise not read while the Kubernetes stream's write buffer is above `HIGH_WATER`.
+    """
+
+    def __init__(self, transport: asyncio.Transport) -> None:
+        loop = asyncio.get_running_loop()
+        self._transport = transport
+        self._tty = False
+        self._parser = FrameParser(masked=True, max_message=MAX_CLIENT_FRAME)
+        self._stream: ExecStream | None = None
+        self._kept: list[bytes] = []  # data frames before the stream is open
+        self._kept_size = 0
+        self._broken = False  # a protocol error: the rest of the bytes mean nothing
+        self._first: asyncio.Future[bytes] | None = None  # waits for the handshake frame
+        self.ended: asyncio.Future[BaseException] = loop.create_future()
+        self._close_sent = False
+        self._close_answered: asyncio.Future[None] = loop.create_future()  # its close or EOF
+        self._open_streams: list[Stream] = ["stdout", "stderr"]
+        self._draining = False
+        self._waits: set[asyncio.Future[None]] = set()  # for flow control; cancelled by stop
+        self._heartbeat = loop.call_later(HEARTBEAT_INTERVAL, self._beat)
+
+    # --- aiohttp's side: the connection's payload parser (`set_parser`) ----------------------
+
+    def feed_data(self, data: bytes) -> tuple[bool, bytes]:
+        if self._broken:
+            return False, b""
+        try:
+            messages = self._parser.feed(data)
+        except ProtocolError as exc:
+            self._broken = True  # nothing more can be parsed, the client's close included
+            self._answered()
+            self._end(_CloseError(exc.code, exc.reason))
+            return False, b""
+        for message in messages:
+            opcode = message.opcode
+            if opcode in (OP_TEXT, OP_BINARY):
+                if self._close_sent or self.ended.done():
+                    continue  # the session is over; only the client's close is awaited
+                if self._first is not None and not self._first.done():
+                    self._first.set_result(message.payload)
+                elif self._stream is None:
+                    self._kept.append(message.payload)
+                    self._kept_size += len(message.payload)
+                    if self._kept_size > HIGH_WATER and self._transport.is_reading():
+                        self._transport.pause_reading()  # until the stream is open
+                else:
+                    self._frame(message.payload)
+            elif opcode == OP_PING:
+                self._write(OP_PONG, message.payload)
+            elif opcode == OP_CLOSE:
+                self._answered()
+                self._end(_ClientLeftError())
+        return False, b""
+
+    def feed_eof(self) -> None:
+        self._answered()
+        self._end(_ClientLeftError())
+
+    def _answered(self) -> None:
+        if not self._close_answered.done():
+            self._close_answered.set_result(None)
+        if self._first is not None and not self._first.done():
+            self._first.set_exception(_ClientLeftError())
+
+    # --- client frames to the process ---------------------------------------------------------
+
+    def _frame(self, message: bytes) -> None:
+        stream = self._stream
+        assert stream is not None
+        try:
+            frame = decode_client_frame(message)
+        except FrameError as exc:
+            self._end(_CloseError(POLICY_VIOLATION, str(exc)))
+            return
+        if frame.tty_size is not None and self._tty:
+            stream.write_resize(*frame.tty_size)
+        if frame.stdin:
+            stream.write_stdin(frame.stdin)
+            if stream.write_buffer_size > HIGH_WATER and self._transport.is_reading():
+                self._transport.pause_reading()
+                self._waits.add(asyncio.ensure_future(self._resume_when_sent(stream)))
+        if frame.stdin_close and not stream.write_close_stdin():
+            log.debug("stdin close not delivered: the stream's protocol cannot half-close")
+
+    async def _resume_when_sent(self, stream: ExecStream) -> None:
+        with contextlib.suppress(Exception):
+            await stream.drain()
+        if not self._transport.is_closing():
+            self._transport.resume_reading()
+
+    # --- the process's output to the client (the stream's listener) ---------------------------
+
+    def on_event(self, event: Event) -> None:
+        if self.ended.done():
+            return
+        if isinstance(event, Output):
+            name: Stream = "stdout" if event.channel == Channel.STDOUT else "stderr"
+            for frame in encode_output(name, event.data):
+                self._write(OP_TEXT, frame)
+            if self._transport.get_write_buffer_size() > HIGH_WATER and not self._draining:
+                self._draining = True
+                self._waits.add(asyncio.ensure_future(self._read_when_drained()))
+        elif isinstance(event, OutputClosed):
+            name = "stdout" if event.channel == Channel.STDOUT else "stderr"
+            if name in self._open_streams:
+                self._open_streams.remove(name)
+                self._write(OP_TEXT, encode_output_close(name))
+        elif isinstance(event, Exited):
+            for name in self._open_streams:
+                self._write(OP_TEXT, encode_output_close(name))
+            self._write(OP_TEXT, encode_exited(event.exit_code))
+            self._end(_ExitedError())
+
+    def on_end(self, error: KubernetesError | None) -> None:
+        if error is not None:
+            self._end(error)
+
+    async def _read_when_drained(self) -> None:
+        """Read the Kubernetes stream again once the client has taken its output."""
+        stream = self._stream
+        assert stream is not None
+        stream.pause_reading()
+        try:
+            await drained(self._transport, LOW_WATER)
+        finally:
+            self._draining = False
+            stream.resume_reading()
+
+    # --- writing, heartbeats, the end ---------------------------------------------------------
+
+    def _write(self, opcode: int, payload: bytes) -> None:
+        if self._close_sent or self._transport.is_closing():
+            return
+        self._transport.write(encode(opcode, payload))
+
+    def _beat(self) -> None:
+        self._write(OP_TEXT, HEARTBEAT_FRAME)
+        self._heartbeat = asyncio.get_running_loop().call_later(HEARTBEAT_INTERVAL, self._beat)
+
+    def _end(self, outcome: BaseException) -> None:
+        if not self.ended.done():
+            self.ended.set_result(outcome)
+            self._heartbeat.cancel()
+
+    async def handshake_frame(self) -> bytes:
+        """The client's first data frame (within `HANDSHAKE_TIMEOUT`)."""
+        if self._kept:  # sent along with the upgrade request
+            self._kept_size -= len(self._kept[0])
+            return self._kept.pop(0)
+        if self.ended.done():
+            raise _ClientLeftError
+        self._first = asyncio.get_running_loop().create_future()
+        return await asyncio.wait_for(self._first, HANDSHAKE_TIMEOUT)
+
+    def relay(self, stream: ExecStream, *, tty: bool) -> None:
+        """Carry frames both ways from now on, the ones the client sent meanwhile first.
+        Sizes are forwarded for terminals only: Kubernetes has no use for them otherwise."""
+        self._stream = stream
+        self._tty = tty
+        kept, self._kept = self._kept, []
+        for message in kept:
+            if self.ended.done():
                 return
-            message = close_reason(reason).encode("utf-8")
-            closing = asyncio.ensure_future(self.ws.close(code=code, message=message))
-            stopping = asyncio.ensure_future(self._stopping.wait())
-            try:
-                await asyncio.wait(
-                    (closing, stopping), timeout=CLOSE_WAIT, return_when=asyncio.FIRST_COMPLETED
-                )
-                if stopping.done():
-                    await asyncio.wait((closing,), timeout=SHUTDOWN_CLOSE_WAIT)
-            finally:
-                stopping.cancel()
-                closing.cancel()  # still waiting: aiohttp then drops the connection (1006)
-                await asyncio.gather(closing, stopping, return_exceptions=True)
+            self._frame(message)
+        if not self._transport.is_reading() and stream.write_buffer_size <= HIGH_WATER:
+            self._transport.resume_reading()
+        stream.listen(self)
+
+    def stop(self) -> None:
+        """Take nothing more from the session's sides (it ends)."""
+        self._heartbeat.cancel()
+        for wait in self._waits:
+            wait.cancel()
+        self._end(_ClientLeftError())  # the outcome is already set, or nobody awaits it
+
+    async def close(self, code: int, stopping: asyncio.Event, reason: str = "") -> None:
+        """Send the close frame, then wait for the client's: up to `CLOSE_WAIT`, and from the
+        moment the server starts stopping, up to `SHUTDOWN_CLOSE_WAIT` more; then drop the
+        connection."""
+        self.stop()
+        if self._close_sent or self._transport.is_closing():
+            self._transport.close()
+            return
+        self._write(OP_CLOSE, close_payload(code, close_reason(reason)))
+        self._close_sent = True
+        if not self._transport.is_reading():
+            self._transport.resume_reading()  # to see the answering close
+        waiting = asyncio.ensure_future(stopping.wait())
+        try:
+            await asyncio.wait(
+                (self._close_answered, waiting),
+                timeout=CLOSE_WAIT,
+                return_when=asyncio.FIRST_COMPLETED,
+            )
+            if waiting.done() and not self._close_answered.done():
+                await asyncio.wait((self._close_answered,), timeout=SHUTDOWN_CLOSE_WAIT)
+        finally:
+            waiting.cancel()
+            self._transport.close()
 
 
 async def allocation_exec(request: web.Request) -> web.StreamResponse:
-    if not _is_upgrade(request):
-        raise NomadError(400, NOT_UPGRADED)
-    if not _same_origin(request):
-        raise NomadError(403, CROSS_ORIGIN)
-    # No permessage-deflate, as Nomad (gorilla/websocket's default) offers none: a browser
-    # asks for it, and deflating each keystroke and echo costs more than the bytes it saves.
-    ws = web.WebSocketResponse(max_msg_size=MAX_CLIENT_FRAME, timeout=CLOSE_WAIT, compress=False)
-    await ws.prepare(request)
+    response = await _upgrade(request)
     ctx = context(request)
     streams = ctx.streams
-    client = _ClientSocket(ws, streams.stopping)
+    transport = request.transport
+    assert transport is not None  # the upgrade was just written to it
+    client = _Client(transport)
+    request.protocol.set_parser(cast(Any, client))  # hands over what came after the request
     executor = ctx.pods.executor
     if executor is None:
-        await client.close(INTERNAL_ERROR, NOT_CONFIGURED)
-        return ws
+        await client.close(INTERNAL_ERROR, streams.stopping, NOT_CONFIGURED)
+        return response
     done = streams.opened()
     try:
         await _session(request, client, executor, streams)
     except _CloseError as close:
         level = logging.ERROR if close.code == INTERNAL_ERROR else logging.DEBUG
         log.log(level, "exec ended with an error", extra=_fields(request, close))
-        await client.close(close.code, close.reason)
+        await client.close(close.code, streams.stopping, close.reason)
     except Exception:
         log.exception("exec failed", extra={"path": request.path})
-        await client.close(INTERNAL_ERROR, "Internal error: see the allocbridge log")
+        await client.close(
+            INTERNAL_ERROR, streams.stopping, "Internal error: see the allocbridge log"
+        )
     finally:
         with contextlib.suppress(Exception):
-            await client.close(GOING_AWAY)  # only if still open (a cancelled session)
+            await client.close(GOING_AWAY, streams.stopping)  # only if still open (cancelled)
         streams.closed(done)
-    return ws
+    return response
+
+
+async def _upgrade(request: web.Request) -> web.StreamResponse:
+    """The WebSocket handshake's answer (RFC 6455 4.2.2), written; without an extension (no
+    permessage-deflate, as Nomad's gorilla upgrader without EnableCompression: a browser
+    offers it, and deflating each keystroke and echo costs more than the bytes it saves)."""
+    if not _is_upgrade(request):
+        raise NomadError(400, NOT_UPGRADED)
+    if not _same_origin(request):
+        raise NomadError(403, CROSS_ORIGIN)
+    version = request.headers.get("Sec-WebSocket-Version", "")
+    if version != "13":
+        raise NomadError(400, f"websocket: unsupported version {go_quote(version)}: want 13")
+    key = request.headers.get("Sec-WebSocket-Key", "")
+    if not valid_key(key):
+        raise NomadError(400, "websocket: not a websocket handshake: 'Sec-WebSocket-Key' is bad")
+    headers = {
+        "Upgrade": "websocket",
+        "Connection": "Upgrade",
+        "Sec-WebSocket-Accept": accept_key(key),
+    }
+    response = web.StreamResponse(status=101, headers=headers)
+    await response.prepare(request)
+    request.protocol.keep_alive(False)
+    return response
 
 
 def _is_upgrade(request: web.Request) -> bool:
@@ -273,7 +494,7 @@ def _fields(request: web.Request, close: _CloseError) -> dict[str, object]:
 
 
 async def _session(
-    request: web.Request, client: _ClientSocket, executor: PodExecutor, streams: Streams
+    request: web.Request, client: _Client, executor: PodExecutor, streams: Streams
 ) -> None:
     query = request.query
     try:
@@ -299,7 +520,7 @@ async def _session(
             log.info("exec session opened", extra={**where, "protocol": stream.protocol})
             started = time.monotonic()
             try:
-                await _pump(client, stream, streams.stopping, tty=tty)
+                await _relay(client, stream, streams.stopping, tty=tty)
             finally:
                 seconds = round(time.monotonic() - started, 3)
                 log.info("exec session closed", extra={**where, "seconds": seconds})
@@ -336,15 +557,15 @@ async def _stopped_since(request: web.Request, target: Target, task: str, since:
     return actions is not None and await actions.stopped_since(target, task, since)
 
 
-async def _read_handshake(client: _ClientSocket, header: str | None) -> str | None:
+async def _read_handshake(client: _Client, header: str | None) -> str | None:
     try:
-        message = await client.ws.receive(timeout=HANDSHAKE_TIMEOUT)
+        message = await client.handshake_frame()
     except TimeoutError:
         raise _CloseError(POLICY_VIOLATION, "timed out waiting for the handshake frame") from None
-    if message.type not in (WSMsgType.TEXT, WSMsgType.BINARY):
-        raise _CloseError(POLICY_VIOLATION, "expected the handshake frame")  # or the client left
+    except _ClientLeftError:
+        raise _CloseError(POLICY_VIOLATION, "expected the handshake frame") from None
     try:
-        return parse_handshake(message.data, header)
+        return parse_handshake(message, header)
     except FrameError as exc:
         raise _CloseError(POLICY_VIOLATION, str(exc)) from None
 
@@ -413,83 +634,26 @@ def _task_driver(wire: Mapping[str, Any], task: str) -> str | None:
     return None
 
 
-async def _pump(
-    client: _ClientSocket, stream: ExecStream, stopping: asyncio.Event, *, tty: bool
+async def _relay(
+    client: _Client, stream: ExecStream, stopping: asyncio.Event, *, tty: bool
 ) -> None:
     """Carry frames both ways until the process exits, the client leaves or the server stops."""
-    to_client = asyncio.create_task(_pod_to_client(client, stream))
-    to_pod = asyncio.create_task(_client_to_pod(client, stream, tty))
-    heartbeat = asyncio.create_task(_heartbeats(client))
-    stop = asyncio.create_task(stopping.wait())
-    tasks = (to_client, to_pod, heartbeat, stop)
+    client.relay(stream, tty=tty)
+    stop = asyncio.ensure_future(stopping.wait())
     try:
-        await asyncio.wait(tasks, return_when=asyncio.FIRST_COMPLETED)
+        await asyncio.wait((client.ended, stop), return_when=asyncio.FIRST_COMPLETED)
     finally:
-        for task in tasks:
-            task.cancel()
-        await asyncio.gather(*tasks, return_exceptions=True)
-    if _finished(to_client):
-        try:
-            to_client.result()  # raises a KubernetesError when the stream failed
-        except _ClientGoneError:
-            return
-        await client.close(int(WSCloseCode.OK))
-    elif _finished(to_pod):
-        to_pod.result()  # raises _CloseError for a bad frame; returns when the client left
-    elif stop.done():
+        stop.cancel()
+        client.stop()
+    outcome = client.ended.result()
+    if stop.done() and not isinstance(outcome, _ExitedError):
         raise _CloseError(GOING_AWAY, "allocbridge is shutting down")
-    # else a heartbeat found the client gone
-
-
-def _finished(task: asyncio.Task[None]) -> bool:
-    return task.done() and not task.cancelled()
-
-
-async def _pod_to_client(client: _ClientSocket, stream: ExecStream) -> None:
-    names: dict[Channel, Stream] = {Channel.STDOUT: "stdout", Channel.STDERR: "stderr"}
-    open_streams: list[Stream] = ["stdout", "stderr"]
-    async with contextlib.aclosing(stream.events()) as events:
-        async for event in events:
-            if isinstance(event, Output):
-                for frame in encode_output(names[event.channel], event.data):
-                    await client.send(frame)
-            elif isinstance(event, OutputClosed):
-                name = names[event.channel]
-                if name in open_streams:
-                    open_streams.remove(name)
-                    await client.send(encode_output_close(name))
-            elif isinstance(event, Exited):
-                for name in open_streams:
-                    await client.send(encode_output_close(name))
-                await client.send(encode_exited(event.exit_code))
-                return
-
-
-async def _client_to_pod(client: _ClientSocket, stream: ExecStream, tty: bool) -> None:
-    """Returns when the client leaves; raises _CloseError for a frame that cannot be used.
-    Sizes are forwarded for terminals only: Kubernetes has no use for them otherwise."""
-    while True:
-        message = await client.ws.receive()
-        if message.type not in (WSMsgType.TEXT, WSMsgType.BINARY):
-            return  # close, closing, closed or a broken connection
-        try:
-            frame = decode_client_frame(message.data)
-        except FrameError as exc:
-            raise _CloseError(POLICY_VIOLATION, str(exc)) from None
-        if frame.is_heartbeat:
-            continue
-        if frame.tty_size is not None and tty:
-            await stream.resize(*frame.tty_size)
-        if frame.stdin:
-            await stream.send_stdin(frame.stdin)
-        if frame.stdin_close and not await stream.close_stdin():
-            log.debug("stdin close not delivered: the stream's protocol cannot half-close")
-
-
-async def _heartbeats(client: _ClientSocket) -> None:
-    while True:
-        await asyncio.sleep(HEARTBEAT_INTERVAL)
-        await client.send(HEARTBEAT_FRAME)
+    if isinstance(outcome, _ExitedError):
+        await client.close(int(WSCloseCode.OK), stopping)
+    elif isinstance(outcome, _ClientLeftError):
+        await client.close(int(WSCloseCode.OK), stopping)  # answers the client's close
+    else:
+        raise outcome  # a _CloseError for a bad frame, or the stream's KubernetesError
 
 
 ENDPOINTS = [

@@ -27,20 +27,25 @@ process only through its output.
 from __future__ import annotations
 
 import asyncio
+import base64
 import contextlib
 import enum
 import json
 import logging
+import os
+import random
 import re
 import socket
 import time
+from collections import deque
 from collections.abc import AsyncGenerator, AsyncIterator, Callable, Sequence
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
-from typing import Final
+from typing import Final, Protocol
 from urllib.parse import quote, urlencode, urlsplit, urlunsplit
 
 import aiohttp
+from aiohttp.client_proto import ResponseHandler
 from kubernetes_asyncio import client
 
 from allocbridge.cluster.connection import Credentials
@@ -50,6 +55,19 @@ from allocbridge.cluster.errors import (
     RefusedError,
     UnavailableError,
     from_status,
+)
+from allocbridge.model.websocket import (
+    CLOSE_NORMAL,
+    OP_BINARY,
+    OP_CLOSE,
+    OP_PING,
+    OP_PONG,
+    OP_TEXT,
+    FrameParser,
+    ProtocolError,
+    accept_key,
+    close_payload,
+    encode,
 )
 
 log = logging.getLogger(__name__)
@@ -61,8 +79,17 @@ PROTOCOLS: Final = (PROTOCOL_V5, PROTOCOL_V4)
 
 #: Largest message accepted from the API server (it sends at most 32 KiB of output per message).
 MAX_MESSAGE: Final = 8 * 1024 * 1024
-#: aiohttp pings the API server this often and drops a connection that stops answering.
+#: Seconds of silence from the API server after which a ping goes out; a connection that
+#: then stays silent for half as long again is dropped.
 HEARTBEAT: Final = 30.0
+#: Seconds a normal close waits for the API server's answering close.
+CLOSE_TIMEOUT: Final = 10.0
+#: Flow control (bytes): output waiting to be read, or input waiting to be sent, above
+#: HIGH_WATER stops its source until it is below LOW_WATER.
+HIGH_WATER: Final = 1024 * 1024
+LOW_WATER: Final = 256 * 1024
+#: Seconds between looks at a write buffer that is draining (only while above HIGH_WATER).
+DRAIN_POLL: Final = 0.002
 #: Seconds a short command (`PodExecutor.run`) may take.
 RUN_TIMEOUT: Final = 30.0
 
@@ -174,30 +201,186 @@ def _without_wrappers(message: str) -> str:
     return message
 
 
+class _Listener(Protocol):
+    """Where a relayed stream's events go as they arrive (`ExecStream.listen`)."""
+
+    def on_event(self, event: Event) -> None: ...
+
+    def on_end(self, error: KubernetesError | None) -> None:
+        """The stream ended: after the exit (None) or with why it failed."""
+
+
+async def drained(transport: asyncio.Transport, low: int) -> None:
+    """Return once `transport` has at most `low` bytes waiting to be sent, or is closing.
+    Polled every `DRAIN_POLL` seconds, and only while it is over: the transports here belong
+    to aiohttp's connection protocols, which alone hear the transport's resume_writing."""
+    while True:
+        if transport.get_write_buffer_size() <= low or transport.is_closing():
+            return
+        await asyncio.sleep(DRAIN_POLL)
+
+
 class ExecStream:
-    """One exec session on the Kubernetes side. Writes go through one lock, so stdin, resize
-    and the close signal never interleave or overtake each other."""
+    """One exec session on the Kubernetes side, a WebSocket of its own over aiohttp's upgraded
+    connection: frames are parsed where the bytes arrive (aiohttp's connection protocol hands
+    them to `feed_data`) and written straight to the transport, so a keystroke and its echo
+    cost no task switch here. Events are read either with `events()` or, for a relay, by a
+    listener called as they arrive (`listen`).
+
+    Flow control: `events()` stops reading the connection while more than `HIGH_WATER`
+    bytes of output wait to be read; a listener pauses and resumes reading itself
+    (`pause_reading`, `resume_reading`). Writes that find more than `HIGH_WATER` bytes
+    queued for the API server wait (`drain`) until it has taken them below `LOW_WATER`.
+    """
 
     def __init__(
-        self, ws: aiohttp.ClientWebSocketResponse, protocol: str, asked_at: float = 0.0
+        self,
+        response: aiohttp.ClientResponse,
+        connection: ResponseHandler,
+        transport: asyncio.Transport,
+        protocol: str,
+        asked_at: float = 0.0,
     ) -> None:
-        self._ws = ws
+        self._response = response
+        self._connection = connection
+        self._transport = transport
         self.protocol = protocol
         #: When the session was asked for and when its first output came (time.monotonic()):
         #: the process started between them (`cluster.leftovers` finds it by that).
         self.asked_at = asked_at
         self.first_output_at: float | None = None
+        self._parser = FrameParser(masked=False, max_message=MAX_MESSAGE)
+        self._random = random.Random()
         self._stdin_closed = False
         self._exited = False  # the status arrived: the process is gone
-        self._write_lock = asyncio.Lock()
+        self._ended = False
+        self._error: KubernetesError | None = None  # why it ended, when not by the exit
+        self._close_sent = False
+        self._peer_closed = asyncio.get_running_loop().create_future()  # its close or EOF
+        self._queue: deque[Event] = deque()
+        self._queued = 0  # output bytes in _queue
+        self._waiter: asyncio.Future[None] | None = None
+        self._listener: _Listener | None = None
+        self._paused = False
+        self._received = 0  # messages, for the heartbeat
+        self._heartbeat: asyncio.TimerHandle | None = None
+        self._arm_heartbeat(self._received)
 
-    async def _send(self, message: bytes) -> None:
-        """Write one message; a broken connection is left to the reading side to report."""
-        async with self._write_lock:
+    # --- aiohttp's side: the connection's payload parser and payload (`set_parser`) ----------
+
+    def feed_data(self, data: bytes) -> tuple[bool, bytes]:
+        try:
+            messages = self._parser.feed(data)
+        except ProtocolError as exc:
+            self._fail(ExecError(f"exec stream failed: {exc.reason}"))
+            self._transport.abort()
+            return True, b""
+        self._received += len(messages)
+        for message in messages:
+            if self._ended:
+                break
+            opcode = message.opcode
+            if opcode in (OP_BINARY, OP_TEXT):  # text is not sent by Kubernetes
+                self._message(message.payload)
+            elif opcode == OP_PING:
+                self._write(OP_PONG, message.payload)
+            elif opcode == OP_CLOSE:
+                self._closed_by_peer()
+        return False, b""
+
+    def feed_eof(self) -> None:
+        self._closed_by_peer()
+
+    def is_eof(self) -> bool:
+        return self._ended
+
+    def set_exception(self, exc: BaseException, exc_cause: BaseException | None = None) -> None:
+        self._fail(ExecError(f"exec stream failed: {exc}"))
+
+    # --- frames ------------------------------------------------------------------------------
+
+    def _message(self, message: bytes) -> None:
+        channel, payload = decode_frame(message)
+        if channel in (Channel.STDOUT, Channel.STDERR):
+            if payload:
+                if self.first_output_at is None:
+                    self.first_output_at = time.monotonic()
+                self._deliver(Output(Channel(channel), payload), len(payload))
+        elif channel == Channel.STATUS:
             try:
-                await self._ws.send_bytes(message)
-            except (aiohttp.ClientError, ConnectionError) as exc:
-                log.debug("exec stream write failed", extra={"error": str(exc)})
+                code = exit_code_from_status(payload)
+            except ExecError as exc:
+                self._fail(exc)
+                return
+            self._exited = True
+            self._deliver(Exited(code), 0)
+            self._finish(None)
+        elif channel == Channel.CLOSE and payload[:1] in (b"\x01", b"\x02"):
+            self._deliver(OutputClosed(Channel(payload[0])), 0)
+
+    def _deliver(self, event: Event, size: int) -> None:
+        if self._listener is not None:
+            self._listener.on_event(event)
+            return
+        self._queue.append(event)
+        self._queued += size
+        if self._queued > HIGH_WATER and not self._paused:
+            self.pause_reading()
+        self._wake()
+
+    def _closed_by_peer(self) -> None:
+        if not self._peer_closed.done():
+            self._peer_closed.set_result(None)
+        self._fail(ExecError("the Kubernetes exec stream ended without an exit status"))
+
+    def _fail(self, error: KubernetesError) -> None:
+        if not self._ended:
+            self._finish(error)
+
+    def _finish(self, error: KubernetesError | None) -> None:
+        self._ended = True
+        self._error = error
+        if self._heartbeat is not None:
+            self._heartbeat.cancel()
+            self._heartbeat = None
+        if self._listener is not None:
+            self._listener.on_end(error)
+        self._wake()
+
+    def _wake(self) -> None:
+        if self._waiter is not None and not self._waiter.done():
+            self._waiter.set_result(None)
+
+    def _write(self, opcode: int, payload: bytes) -> None:
+        """Write one frame; a broken connection is left to the reading side to report."""
+        if self._close_sent or self._transport.is_closing():
+            return
+        if opcode == OP_CLOSE:
+            self._close_sent = True
+        self._transport.write(encode(opcode, payload, self._random.randbytes(4)))
+
+    # --- the heartbeat: a ping when the API server was quiet, and a deadline for any answer -
+
+    def _arm_heartbeat(self, seen: int) -> None:
+        loop = asyncio.get_running_loop()
+        self._heartbeat = loop.call_later(HEARTBEAT, self._beat, seen)
+
+    def _beat(self, seen: int) -> None:
+        if self._received != seen:
+            self._arm_heartbeat(self._received)
+            return
+        self._write(OP_PING, b"")
+        loop = asyncio.get_running_loop()
+        self._heartbeat = loop.call_later(HEARTBEAT / 2, self._check_answer, seen)
+
+    def _check_answer(self, seen: int) -> None:
+        if self._received != seen:
+            self._arm_heartbeat(self._received)
+            return
+        self._fail(ExecError("the Kubernetes exec stream stopped answering pings"))
+        self._transport.abort()
+
+    # --- what its users call -----------------------------------------------------------------
 
     @property
     def exited(self) -> bool:
@@ -208,46 +391,88 @@ class ExecStream:
     def can_close_stdin(self) -> bool:
         return self.protocol == PROTOCOL_V5
 
-    async def send_stdin(self, data: bytes) -> None:
-        if data and not self._stdin_closed:
-            await self._send(encode_frame(Channel.STDIN, data))
+    @property
+    def write_buffer_size(self) -> int:
+        """Bytes written and not yet taken by the API server."""
+        return self._transport.get_write_buffer_size()
 
-    async def close_stdin(self) -> bool:
+    def write_stdin(self, data: bytes) -> None:
+        """Send `data` to the process's stdin now (see `drain` for flow control)."""
+        if data and not self._stdin_closed:
+            self._write(OP_BINARY, encode_frame(Channel.STDIN, data))
+
+    def write_resize(self, width: int, height: int) -> None:
+        self._write(OP_BINARY, encode_resize(width, height))
+
+    def write_close_stdin(self) -> bool:
         """Half-close stdin; False on v4, which cannot (the process then sees no EOF)."""
         if self._stdin_closed:
             return self.can_close_stdin
         self._stdin_closed = True
         if not self.can_close_stdin:
             return False
-        await self._send(encode_close(Channel.STDIN))
+        self._write(OP_BINARY, encode_close(Channel.STDIN))
         return True
 
+    async def drain(self) -> None:
+        """Wait while more than `HIGH_WATER` bytes wait to go to the API server, until they
+        are below `LOW_WATER`."""
+        if self._transport.get_write_buffer_size() > HIGH_WATER:
+            await drained(self._transport, LOW_WATER)
+
+    async def send_stdin(self, data: bytes) -> None:
+        self.write_stdin(data)
+        await self.drain()
+
+    async def close_stdin(self) -> bool:
+        """Half-close stdin; False on v4, which cannot (the process then sees no EOF)."""
+        return self.write_close_stdin()
+
     async def resize(self, width: int, height: int) -> None:
-        await self._send(encode_resize(width, height))
+        self.write_resize(width, height)
+
+    def pause_reading(self) -> None:
+        """Read nothing more from the API server until `resume_reading`."""
+        if not self._paused:
+            self._paused = True
+            self._connection.pause_reading()
+
+    def resume_reading(self) -> None:
+        if self._paused:
+            self._paused = False
+            self._connection.resume_reading()
+
+    def listen(self, listener: _Listener) -> None:
+        """Hand every event, from now on and those not read yet, to `listener` as it arrives,
+        and the end to its `on_end`, instead of `events()`."""
+        self._listener = listener
+        while self._queue:
+            listener.on_event(self._queue.popleft())
+        self._queued = 0
+        if self._ended:
+            listener.on_end(self._error)
 
     async def events(self) -> AsyncGenerator[Event, None]:
         """Output until the exit; raises ExecError if the stream fails or ends without one."""
-        async for message in self._ws:
-            if message.type is aiohttp.WSMsgType.BINARY:
-                channel, payload = decode_frame(message.data)
-            elif message.type is aiohttp.WSMsgType.TEXT:  # not sent by Kubernetes; be lenient
-                channel, payload = decode_frame(message.data.encode("utf-8"))
-            elif message.type is aiohttp.WSMsgType.ERROR:
-                raise ExecError(f"exec stream failed: {self._ws.exception()}")
-            else:
-                continue
-            if channel in (Channel.STDOUT, Channel.STDERR):
-                if payload:
-                    if self.first_output_at is None:
-                        self.first_output_at = time.monotonic()
-                    yield Output(Channel(channel), payload)
-            elif channel == Channel.STATUS:
-                self._exited = True
-                yield Exited(exit_code_from_status(payload))
-                return
-            elif channel == Channel.CLOSE and payload[:1] in (b"\x01", b"\x02"):
-                yield OutputClosed(Channel(payload[0]))
-        raise ExecError("the Kubernetes exec stream ended without an exit status")
+        while True:
+            while self._queue:
+                event = self._queue.popleft()
+                if isinstance(event, Output):
+                    self._queued -= len(event.data)
+                    if self._paused and self._queued <= LOW_WATER:
+                        self.resume_reading()
+                yield event
+                if isinstance(event, Exited):
+                    return
+            if self._ended:
+                if self._error is None:
+                    return
+                raise self._error
+            self._waiter = asyncio.get_running_loop().create_future()
+            try:
+                await self._waiter
+            finally:
+                self._waiter = None
 
     async def close(self) -> None:
         """End the session. After the exit status, a normal close. Before it, half-close stdin
@@ -255,18 +480,24 @@ class ExecStream:
         takes a close frame as "this client is done" and keeps the command running with its
         output going nowhere, while a dropped connection ends the command's streams, so a
         process that writes output gets EPIPE (a v4 proxy ends the streams either way)."""
-        if self._ws.closed:
+        self._fail(ExecError("the exec stream was closed"))
+        if self._transport.is_closing():
+            self._response.close()
             return
         if not self._exited:
             if self.can_close_stdin and not self._stdin_closed:
                 self._stdin_closed = True
-                await self._send(encode_close(Channel.STDIN))
-            sock = self._ws.get_extra_info("socket")
+                self._write(OP_BINARY, encode_close(Channel.STDIN))
+            sock = self._transport.get_extra_info("socket")
             if sock is not None:
                 with contextlib.suppress(OSError):
                     sock.shutdown(socket.SHUT_RDWR)
-        async with self._write_lock:
-            await self._ws.close()
+        else:
+            self._write(OP_CLOSE, close_payload(CLOSE_NORMAL))
+            self.resume_reading()  # to see the answering close
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(asyncio.shield(self._peer_closed), CLOSE_TIMEOUT)
+        self._response.close()
 
 
 class PodExecutor:
@@ -314,19 +545,13 @@ class PodExecutor:
         ]
         try:
             path = f"/api/v1/namespaces/{quote(namespace, safe='')}/pods/{quote(pod, safe='')}/exec"
-            ws = await _connect(api, path, query, self._protocols)
-        except aiohttp.WSServerHandshakeError as exc:
-            raise refused_exec(
-                exc.status, f"Kubernetes refused the exec: {exc.status} {exc.message}"
-            ) from exc
+            response, protocol = await _connect(api, path, query, self._protocols)
         except NO_ANSWER as exc:
             raise UnavailableError(f"cannot reach the Kubernetes API for exec: {exc}") from exc
-        stream = ExecStream(ws, ws.protocol or "", asked_at)
+        stream = _attach(response, protocol, asked_at)
         try:
-            if stream.protocol not in PROTOCOLS:
-                raise ExecError(f"Kubernetes chose no supported exec protocol ({ws.protocol!r})")
             where = f"{namespace}/{pod}/{container}"
-            log.debug("exec stream open", extra={"container": where, "protocol": ws.protocol})
+            log.debug("exec stream open", extra={"container": where, "protocol": protocol})
             yield stream
         finally:
             await stream.close()
@@ -361,25 +586,70 @@ class PodExecutor:
 
 async def _connect(
     api: client.ApiClient, path: str, query: list[tuple[str, str]], protocols: Sequence[str]
-) -> aiohttp.ClientWebSocketResponse:
-    """A WebSocket to `path` on the API server, authenticated as `api` is, offering `protocols`.
+) -> tuple[aiohttp.ClientResponse, str]:
+    """The API server's 101 answer to an exec upgrade of `path`, authenticated as `api` is,
+    offering `protocols`, and the protocol it chose; a KubernetesError when it refuses.
 
-    kubernetes_asyncio's WsApiClient sends a fixed protocol header and never learns which one
-    the server picked; aiohttp's own negotiation (`protocols=`) does, so it is used here with
-    the client's session (TLS, client certificate) and authentication headers.
+    The upgrade is aiohttp's request on the client's session (TLS, client certificate,
+    proxy), checked as RFC 6455 says; the frames are then `ExecStream`'s own.
+    kubernetes_asyncio's WsApiClient is not used: it sends a fixed protocol header and never
+    learns which one the server picked.
     """
-    headers: dict[str, str] = {}
+    key = base64.b64encode(os.urandom(16)).decode()
+    headers: dict[str, str] = {
+        "Upgrade": "websocket",
+        "Connection": "Upgrade",
+        "Sec-WebSocket-Version": "13",
+        "Sec-WebSocket-Key": key,
+        "Sec-WebSocket-Protocol": ", ".join(protocols),
+    }
     await api.update_params_for_auth(headers, [], ["BearerToken"])
     parts = urlsplit(str(api.configuration.host) + path)
-    scheme = {"http": "ws", "https": "wss"}.get(parts.scheme, parts.scheme)
-    url = urlunsplit((scheme, parts.netloc, parts.path, urlencode(query), ""))
+    url = urlunsplit((parts.scheme, parts.netloc, parts.path, urlencode(query), ""))
     session: aiohttp.ClientSession = api.rest_client.pool_manager
-    return await session.ws_connect(
+    response = await session.request(
+        "GET",
         url,
         headers=headers,
-        protocols=protocols,
-        heartbeat=HEARTBEAT,
-        max_msg_size=MAX_MESSAGE,
+        read_until_eof=False,
         proxy=api.rest_client.proxy or None,
         server_hostname=api.rest_client.server_hostname or None,
     )
+    try:
+        if response.status != 101:
+            detail = _refusal_text(await response.read()) or response.reason or "no reason"
+            raise refused_exec(
+                response.status, f"Kubernetes refused the exec: {response.status} {detail}"
+            )
+        if response.headers.get("Upgrade", "").lower() != "websocket" or (
+            response.headers.get("Sec-WebSocket-Accept") != accept_key(key)
+        ):
+            raise ExecError("the API server's answer to the exec upgrade is not a WebSocket's")
+        chosen = response.headers.get("Sec-WebSocket-Protocol", "").strip()
+        if chosen not in protocols:
+            raise ExecError(f"Kubernetes chose no supported exec protocol ({chosen!r})")
+    except BaseException:
+        response.close()
+        raise
+    return response, chosen
+
+
+def _refusal_text(body: bytes) -> str:
+    """The message of the API server's Status answer, else the start of its text."""
+    with contextlib.suppress(ValueError):
+        status = json.loads(body)
+        if isinstance(status, dict) and isinstance(status.get("message"), str):
+            return _without_wrappers(status["message"])
+    return body[:200].decode("utf-8", "replace").strip()
+
+
+def _attach(response: aiohttp.ClientResponse, protocol: str, asked_at: float) -> ExecStream:
+    """The stream over the upgraded connection, reading its frames from now on."""
+    connection = response.connection
+    if connection is None or connection.protocol is None or connection.transport is None:
+        raise ExecError("the exec connection closed right after its upgrade")
+    handler = connection.protocol
+    handler.read_timeout = None  # a session is quiet for as long as its process is
+    stream = ExecStream(response, handler, connection.transport, protocol, asked_at)
+    handler.set_parser(stream, stream)  # hands over what came with the 101, too
+    return stream
