@@ -36,18 +36,20 @@ import os
 import random
 import re
 import socket
+import ssl
 import time
+import urllib.request
 from collections import deque
 from collections.abc import AsyncGenerator, AsyncIterator, Callable, Sequence
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from typing import Final, Protocol
-from urllib.parse import quote, urlencode, urlsplit, urlunsplit
+from urllib.parse import SplitResult, quote, urlencode, urlsplit, urlunsplit
 
 import aiohttp
-from aiohttp.client_proto import ResponseHandler
 from kubernetes_asyncio import client
 
+from allocbridge.cluster import execlink
 from allocbridge.cluster.connection import Credentials
 from allocbridge.cluster.errors import (
     NO_ANSWER,
@@ -56,6 +58,7 @@ from allocbridge.cluster.errors import (
     UnavailableError,
     from_status,
 )
+from allocbridge.cluster.execlink import Link
 from allocbridge.model.websocket import (
     CLOSE_NORMAL,
     OP_BINARY,
@@ -210,7 +213,13 @@ class _Listener(Protocol):
         """The stream ended: after the exit (None) or with why it failed."""
 
 
-async def drained(transport: asyncio.Transport, low: int) -> None:
+class _Buffered(Protocol):
+    def get_write_buffer_size(self) -> int: ...
+
+    def is_closing(self) -> bool: ...
+
+
+async def drained(transport: _Buffered, low: int) -> None:
     """Return once `transport` has at most `low` bytes waiting to be sent, or is closing.
     Polled every `DRAIN_POLL` seconds, and only while it is over: the transports here belong
     to aiohttp's connection protocols, which alone hear the transport's resume_writing."""
@@ -233,17 +242,8 @@ class ExecStream:
     queued for the API server wait (`drain`) until it has taken them below `LOW_WATER`.
     """
 
-    def __init__(
-        self,
-        response: aiohttp.ClientResponse,
-        connection: ResponseHandler,
-        transport: asyncio.Transport,
-        protocol: str,
-        asked_at: float = 0.0,
-    ) -> None:
-        self._response = response
-        self._connection = connection
-        self._transport = transport
+    def __init__(self, link: Link, protocol: str, asked_at: float = 0.0) -> None:
+        self._link = link
         self.protocol = protocol
         #: When the session was asked for and when its first output came (time.monotonic()):
         #: the process started between them (`cluster.leftovers` finds it by that).
@@ -266,14 +266,14 @@ class ExecStream:
         self._heartbeat: asyncio.TimerHandle | None = None
         self._arm_heartbeat(self._received)
 
-    # --- aiohttp's side: the connection's payload parser and payload (`set_parser`) ----------
+    # --- the link's consumer ----------------------------------------------------------------
 
     def feed_data(self, data: bytes) -> tuple[bool, bytes]:
         try:
             messages = self._parser.feed(data)
         except ProtocolError as exc:
             self._fail(ExecError(f"exec stream failed: {exc.reason}"))
-            self._transport.abort()
+            self._link.abort()
             return True, b""
         self._received += len(messages)
         for message in messages:
@@ -290,12 +290,6 @@ class ExecStream:
 
     def feed_eof(self) -> None:
         self._closed_by_peer()
-
-    def is_eof(self) -> bool:
-        return self._ended
-
-    def set_exception(self, exc: BaseException, exc_cause: BaseException | None = None) -> None:
-        self._fail(ExecError(f"exec stream failed: {exc}"))
 
     # --- frames ------------------------------------------------------------------------------
 
@@ -353,11 +347,11 @@ class ExecStream:
 
     def _write(self, opcode: int, payload: bytes) -> None:
         """Write one frame; a broken connection is left to the reading side to report."""
-        if self._close_sent or self._transport.is_closing():
+        if self._close_sent or self._link.is_closing():
             return
         if opcode == OP_CLOSE:
             self._close_sent = True
-        self._transport.write(encode(opcode, payload, self._random.randbytes(4)))
+        self._link.write(encode(opcode, payload, self._random.randbytes(4)))
 
     # --- the heartbeat: a ping when the API server was quiet, and a deadline for any answer -
 
@@ -378,7 +372,7 @@ class ExecStream:
             self._arm_heartbeat(self._received)
             return
         self._fail(ExecError("the Kubernetes exec stream stopped answering pings"))
-        self._transport.abort()
+        self._link.abort()
 
     # --- what its users call -----------------------------------------------------------------
 
@@ -394,7 +388,7 @@ class ExecStream:
     @property
     def write_buffer_size(self) -> int:
         """Bytes written and not yet taken by the API server."""
-        return self._transport.get_write_buffer_size()
+        return self._link.get_write_buffer_size()
 
     def write_stdin(self, data: bytes) -> None:
         """Send `data` to the process's stdin now (see `drain` for flow control)."""
@@ -417,8 +411,8 @@ class ExecStream:
     async def drain(self) -> None:
         """Wait while more than `HIGH_WATER` bytes wait to go to the API server, until they
         are below `LOW_WATER`."""
-        if self._transport.get_write_buffer_size() > HIGH_WATER:
-            await drained(self._transport, LOW_WATER)
+        if self._link.get_write_buffer_size() > HIGH_WATER:
+            await drained(self._link, LOW_WATER)
 
     async def send_stdin(self, data: bytes) -> None:
         self.write_stdin(data)
@@ -435,12 +429,12 @@ class ExecStream:
         """Read nothing more from the API server until `resume_reading`."""
         if not self._paused:
             self._paused = True
-            self._connection.pause_reading()
+            self._link.pause_reading()
 
     def resume_reading(self) -> None:
         if self._paused:
             self._paused = False
-            self._connection.resume_reading()
+            self._link.resume_reading()
 
     def listen(self, listener: _Listener) -> None:
         """Hand every event, from now on and those not read yet, to `listener` as it arrives,
@@ -481,14 +475,14 @@ class ExecStream:
         output going nowhere, while a dropped connection ends the command's streams, so a
         process that writes output gets EPIPE (a v4 proxy ends the streams either way)."""
         self._fail(ExecError("the exec stream was closed"))
-        if self._transport.is_closing():
-            self._response.close()
+        if self._link.is_closing():
+            self._link.close()
             return
         if not self._exited:
             if self.can_close_stdin and not self._stdin_closed:
                 self._stdin_closed = True
                 self._write(OP_BINARY, encode_close(Channel.STDIN))
-            sock = self._transport.get_extra_info("socket")
+            sock = self._link.socket()
             if sock is not None:
                 with contextlib.suppress(OSError):
                     sock.shutdown(socket.SHUT_RDWR)
@@ -497,7 +491,7 @@ class ExecStream:
             self.resume_reading()  # to see the answering close
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(asyncio.shield(self._peer_closed), CLOSE_TIMEOUT)
-        self._response.close()
+        self._link.close()
 
 
 class PodExecutor:
@@ -513,6 +507,7 @@ class PodExecutor:
         self._credentials = credentials
         self._protocols = tuple(protocols)  # tests offer v4 alone to check the fallback
         self._api: client.ApiClient | None = None
+        self._tls: ssl.SSLContext | None = None
 
     def _client(self) -> client.ApiClient:
         if self._api is None:
@@ -523,6 +518,7 @@ class PodExecutor:
             # Every open session holds a connection: no pool limit that would queue silently.
             configuration.connection_pool_maxsize = 0
             self._api = client.ApiClient(configuration=configuration)
+            self._tls = tls_context(configuration)
         return self._api
 
     @asynccontextmanager
@@ -545,10 +541,11 @@ class PodExecutor:
         ]
         try:
             path = f"/api/v1/namespaces/{quote(namespace, safe='')}/pods/{quote(pod, safe='')}/exec"
-            response, protocol = await _connect(api, path, query, self._protocols)
+            link, protocol, rest = await _connect(api, self._tls, path, query, self._protocols)
         except NO_ANSWER as exc:
             raise UnavailableError(f"cannot reach the Kubernetes API for exec: {exc}") from exc
-        stream = _attach(response, protocol, asked_at)
+        stream = ExecStream(link, protocol, asked_at)
+        link.start(stream, rest)
         try:
             where = f"{namespace}/{pod}/{container}"
             log.debug("exec stream open", extra={"container": where, "protocol": protocol})
@@ -585,13 +582,18 @@ class PodExecutor:
 
 
 async def _connect(
-    api: client.ApiClient, path: str, query: list[tuple[str, str]], protocols: Sequence[str]
-) -> tuple[aiohttp.ClientResponse, str]:
-    """The API server's 101 answer to an exec upgrade of `path`, authenticated as `api` is,
-    offering `protocols`, and the protocol it chose; a KubernetesError when it refuses.
+    api: client.ApiClient,
+    tls: ssl.SSLContext | None,
+    path: str,
+    query: list[tuple[str, str]],
+    protocols: Sequence[str],
+) -> tuple[Link, str, bytes]:
+    """An exec upgrade of `path` on the API server, authenticated as `api` is, offering
+    `protocols`: the link, the protocol the server chose and the bytes that came after its
+    101; a KubernetesError when it refuses.
 
-    The upgrade is aiohttp's request on the client's session (TLS, client certificate,
-    proxy), checked as RFC 6455 says; the frames are then `ExecStream`'s own.
+    Directly on a socket of our own (`SocketLink`) with `tls` (the client's TLS settings),
+    unless a proxy is configured: then through aiohttp's session, which knows proxies.
     kubernetes_asyncio's WsApiClient is not used: it sends a fixed protocol header and never
     learns which one the server picked.
     """
@@ -605,11 +607,63 @@ async def _connect(
     }
     await api.update_params_for_auth(headers, [], ["BearerToken"])
     parts = urlsplit(str(api.configuration.host) + path)
-    url = urlunsplit((parts.scheme, parts.netloc, parts.path, urlencode(query), ""))
+    target = urlunsplit(("", "", parts.path, urlencode(query), ""))
+    if _proxied(api, parts):
+        return await _connect_aiohttp(
+            api, parts, target=target, headers=headers, key=key, protocols=protocols
+        )
+    port = parts.port or (443 if parts.scheme == "https" else 80)
+    sock = await execlink.connect(
+        parts.hostname or "",
+        port,
+        tls if parts.scheme == "https" else None,
+        api.rest_client.server_hostname or None,
+    )
+    try:
+        lines = [f"GET {target} HTTP/1.1", f"Host: {parts.netloc}"]
+        lines += [f"{name}: {value}" for name, value in headers.items()]
+        await execlink.send_all(sock, ("\r\n".join(lines) + "\r\n\r\n").encode("latin-1"))
+        head, rest = await execlink.read_head(sock)
+        status, reason, answer = _parse_head(head)
+        if status != 101:
+            length = answer.get("content-length", "")
+            body = await execlink.read_body(
+                sock, rest, int(length) if length.isdigit() else None, 64 * 1024
+            )
+            detail = _refusal_text(body) or reason or "no reason"
+            raise refused_exec(status, f"Kubernetes refused the exec: {status} {detail}")
+        chosen = _check_upgrade(answer.get, key, protocols)
+    except BaseException:
+        sock.close()
+        raise
+    return execlink.SocketLink(sock), chosen, rest
+
+
+def _proxied(api: client.ApiClient, parts: SplitResult) -> bool:
+    """Whether requests to the API server go through a proxy: the configuration's, or one
+    from the environment (aiohttp's session trusts it), unless NO_PROXY exempts the host."""
+    if api.rest_client.proxy:
+        return True
+    proxies = urllib.request.getproxies_environment()
+    if not (proxies.get(parts.scheme) or proxies.get("all")):
+        return False
+    bypass = urllib.request.proxy_bypass_environment  # type: ignore[attr-defined]
+    return not bypass(parts.hostname or "", proxies)
+
+
+async def _connect_aiohttp(
+    api: client.ApiClient,
+    parts: SplitResult,
+    *,
+    target: str,
+    headers: dict[str, str],
+    key: str,
+    protocols: Sequence[str],
+) -> tuple[Link, str, bytes]:
     session: aiohttp.ClientSession = api.rest_client.pool_manager
     response = await session.request(
         "GET",
-        url,
+        urlunsplit((parts.scheme, parts.netloc, "", "", "")) + target,
         headers=headers,
         read_until_eof=False,
         proxy=api.rest_client.proxy or None,
@@ -621,17 +675,39 @@ async def _connect(
             raise refused_exec(
                 response.status, f"Kubernetes refused the exec: {response.status} {detail}"
             )
-        if response.headers.get("Upgrade", "").lower() != "websocket" or (
-            response.headers.get("Sec-WebSocket-Accept") != accept_key(key)
-        ):
-            raise ExecError("the API server's answer to the exec upgrade is not a WebSocket's")
-        chosen = response.headers.get("Sec-WebSocket-Protocol", "").strip()
-        if chosen not in protocols:
-            raise ExecError(f"Kubernetes chose no supported exec protocol ({chosen!r})")
+        chosen = _check_upgrade(response.headers.get, key, protocols)
+        link = execlink.AiohttpLink(response)
     except BaseException:
         response.close()
         raise
-    return response, chosen
+    return link, chosen, b""
+
+
+def _parse_head(head: bytes) -> tuple[int, str, dict[str, str]]:
+    """(status, reason, headers with lower-case names) of an HTTP answer's head."""
+    first, *lines = head.decode("latin-1").split("\r\n")
+    version, _, rest = first.partition(" ")
+    code, _, reason = rest.partition(" ")
+    if not version.startswith("HTTP/") or not code.isdigit():
+        raise execlink.LinkError(f"the answer to the exec upgrade is not HTTP: {first[:80]!r}")
+    headers: dict[str, str] = {}
+    for line in lines:
+        name, _, value = line.partition(":")
+        name = name.strip().lower()
+        headers[name] = f"{headers[name]}, {value.strip()}" if name in headers else value.strip()
+    return int(code), reason, headers
+
+
+def _check_upgrade(header: Callable[[str, str], str], key: str, protocols: Sequence[str]) -> str:
+    """The protocol a 101 answer chose; ExecError when it is not a WebSocket's answer."""
+    if header("upgrade", "").lower() != "websocket" or (
+        header("sec-websocket-accept", "") != accept_key(key)
+    ):
+        raise ExecError("the API server's answer to the exec upgrade is not a WebSocket's")
+    chosen = header("sec-websocket-protocol", "").strip()
+    if chosen not in protocols:
+        raise ExecError(f"Kubernetes chose no supported exec protocol ({chosen!r})")
+    return chosen
 
 
 def _refusal_text(body: bytes) -> str:
@@ -643,13 +719,14 @@ def _refusal_text(body: bytes) -> str:
     return body[:200].decode("utf-8", "replace").strip()
 
 
-def _attach(response: aiohttp.ClientResponse, protocol: str, asked_at: float) -> ExecStream:
-    """The stream over the upgraded connection, reading its frames from now on."""
-    connection = response.connection
-    if connection is None or connection.protocol is None or connection.transport is None:
-        raise ExecError("the exec connection closed right after its upgrade")
-    handler = connection.protocol
-    handler.read_timeout = None  # a session is quiet for as long as its process is
-    stream = ExecStream(response, handler, connection.transport, protocol, asked_at)
-    handler.set_parser(stream, stream)  # hands over what came with the 101, too
-    return stream
+def tls_context(configuration: client.Configuration) -> ssl.SSLContext:
+    """The TLS settings kubernetes_asyncio's REST client uses for `configuration`."""
+    context = ssl.create_default_context(cafile=configuration.ssl_ca_cert)
+    if configuration.cert_file:
+        context.load_cert_chain(configuration.cert_file, keyfile=configuration.key_file)
+    if not configuration.verify_ssl:
+        context.check_hostname = False
+        context.verify_mode = ssl.CERT_NONE
+    if configuration.disable_strict_ssl_verification:
+        context.verify_flags &= ~ssl.VERIFY_X509_STRICT
+    return context

@@ -1,0 +1,163 @@
+"""`PodExecutor` on its own TLS socket (`cluster.execlink.SocketLink`), over real sockets.
+
+A TLS server (aiohttp, the local cluster's PKI) plays the API server's `pods/exec`: it checks
+the token, picks v5, echoes stdin on stdout, answers a resize, and ends with an exit status;
+other paths refuse the upgrade with a Status answer. The client side is the product's own:
+the upgrade written and read by hand, frames parsed where the bytes arrive, writes straight to
+the socket (and queued while it is full).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import ssl
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+from aiohttp import WSMsgType, web
+
+from allocbridge.cluster.connection import Credentials
+from allocbridge.cluster.errors import NotFoundError
+from allocbridge.cluster.podexec import (
+    PROTOCOL_V5,
+    Channel,
+    ContainerNotRunningError,
+    Exited,
+    Output,
+    OutputClosed,
+    PodExecutor,
+)
+from allocbridge_localcluster.pki import Pki
+
+TOKEN = "exec-link-token"
+BIG = bytes(range(256)) * 4096  # 1 MiB: more than a socket takes at once
+
+
+@dataclass
+class Server:
+    url: str
+    ca: Path
+    resizes: list[object]
+
+
+@pytest.fixture
+async def server(tmp_path: Path) -> AsyncIterator[Server]:
+    pki = Pki(tmp_path / "pki").ensure()
+    resizes: list[object] = []
+
+    async def exec_handler(request: web.Request) -> web.StreamResponse:
+        if request.headers.get("Authorization") != f"Bearer {TOKEN}":
+            return web.json_response({"kind": "Status", "message": "Unauthorized"}, status=401)
+        if request.match_info["pod"] == "gone":
+            body = {"kind": "Status", "message": 'pods "gone" not found', "code": 404}
+            return web.json_response(body, status=404)
+        if request.match_info["pod"] == "stopped":
+            body = {"kind": "Status", "message": "container main is not running", "code": 400}
+            return web.json_response(body, status=400)
+        ws = web.WebSocketResponse(protocols=(PROTOCOL_V5,))
+        await ws.prepare(request)
+        await ws.send_bytes(b"\x01ready\n")
+        async for message in ws:
+            if message.type is not WSMsgType.BINARY:
+                continue
+            channel, payload = message.data[0], message.data[1:]
+            if channel == Channel.STDIN:
+                await ws.send_bytes(b"\x01" + payload)
+            elif channel == Channel.RESIZE:
+                resizes.append(json.loads(payload))
+            elif channel == Channel.CLOSE and payload == b"\x00":  # stdin closed: exit 3
+                await ws.send_bytes(b"\xff\x01")
+                status = {
+                    "status": "Failure",
+                    "reason": "NonZeroExitCode",
+                    "details": {"causes": [{"reason": "ExitCode", "message": "3"}]},
+                }
+                await ws.send_bytes(b"\x03" + json.dumps(status).encode())
+        return ws
+
+    app = web.Application()
+    app.router.add_get("/api/v1/namespaces/{namespace}/pods/{pod}/exec", exec_handler)
+    runner = web.AppRunner(app)
+    await runner.setup()
+    tls = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+    tls.load_cert_chain(pki.serving_cert, pki.serving_key)
+    site = web.TCPSite(runner, "127.0.0.1", 0, ssl_context=tls)
+    await site.start()
+    port = runner.addresses[0][1]
+    try:
+        yield Server(f"https://127.0.0.1:{port}", pki.ca_cert, resizes)
+    finally:
+        await runner.cleanup()
+
+
+def executor(server: Server, token: str = TOKEN) -> PodExecutor:
+    credentials = Credentials(server=server.url, ca_path=str(server.ca), token=token)
+    return PodExecutor(lambda: credentials)
+
+
+async def test_a_session_carries_stdin_resizes_output_and_the_exit_code(server: Server) -> None:
+    pods = executor(server)
+    try:
+        async with pods.open("ns", "pod", "main", ["cat"], tty=True) as stream:
+            assert stream.protocol == PROTOCOL_V5
+            events = stream.events()
+            assert await anext(events) == Output(Channel.STDOUT, b"ready\n")
+            await stream.resize(80, 24)
+            echoed = bytearray()
+            await stream.send_stdin(BIG)  # queued while the socket is full, then sent
+            while len(echoed) < len(BIG):
+                event = await anext(events)
+                assert isinstance(event, Output)
+                echoed += event.data
+            assert bytes(echoed) == BIG
+            assert await stream.close_stdin()
+            assert await anext(events) == OutputClosed(Channel.STDOUT)
+            assert await anext(events) == Exited(3)
+            assert stream.exited
+        assert server.resizes == [{"Width": 80, "Height": 24}]
+    finally:
+        await pods.close()
+
+
+async def test_a_listener_gets_the_events_as_they_arrive(server: Server) -> None:
+    pods = executor(server)
+    got: list[object] = []
+    ended: asyncio.Future[object] = asyncio.get_running_loop().create_future()
+
+    class Listener:
+        def on_event(self, event: object) -> None:
+            got.append(event)
+
+        def on_end(self, error: object) -> None:
+            ended.set_result(error)
+
+    try:
+        async with pods.open("ns", "pod", "main", ["cat"], tty=False) as stream:
+            stream.listen(Listener())
+            stream.write_stdin(b"x")
+            stream.write_close_stdin()
+            assert await asyncio.wait_for(ended, 10) is None
+        assert got == [
+            Output(Channel.STDOUT, b"ready\n"),
+            Output(Channel.STDOUT, b"x"),
+            OutputClosed(Channel.STDOUT),
+            Exited(3),
+        ]
+    finally:
+        await pods.close()
+
+
+async def test_refused_upgrades_carry_the_api_servers_message(server: Server) -> None:
+    pods = executor(server)
+    try:
+        with pytest.raises(NotFoundError, match='404 pods "gone" not found'):
+            async with pods.open("ns", "gone", "main", ["sh"], tty=False):
+                pass
+        with pytest.raises(ContainerNotRunningError, match="400 container main is not running"):
+            async with pods.open("ns", "stopped", "main", ["sh"], tty=False):
+                pass
+    finally:
+        await pods.close()
