@@ -48,19 +48,66 @@ class Metrics:
         )
 
 
-def request_metrics(metrics: Metrics, listener: str) -> Middleware:
-    """An aiohttp middleware counting requests by route (the pattern, not the raw path).
+class RouteCounts:
+    """The request counter and latency histogram of one listener's routes.
 
     The labelled children are looked up once per label set and kept: `labels()` costs more
     than the count itself, on every request (a paging walk makes a hundred).
     """
-    counters: dict[tuple[str, str, int], Counter] = {}
-    histograms: dict[str, Histogram] = {}
+
+    def __init__(self, metrics: Metrics, listener: str) -> None:
+        self.metrics = metrics
+        self.listener = listener
+        self._counters: dict[tuple[str, str, int], Counter] = {}
+        self._histograms: dict[str, Histogram] = {}
+
+    def record(self, route: str, method: str, code: int, seconds: float) -> None:
+        key = (route, method, code)
+        counter = self._counters.get(key)
+        if counter is None:
+            counter = self._counters[key] = self.metrics.requests.labels(
+                self.listener, route, method, str(code)
+            )
+        counter.inc()
+        histogram = self._histograms.get(route)
+        if histogram is None:
+            histogram = self._histograms[route] = self.metrics.latency.labels(self.listener, route)
+        histogram.observe(seconds)
+
+    def counted(self, route: str, handler: Handler) -> Handler:
+        """`handler`, its requests counted under `route` (the pattern, not the raw path).
+
+        Wrapping each route's handler when it is registered counts what `request_metrics`
+        counts without an aiohttp middleware: an application with middlewares runs two more
+        coroutines per request (the middleware and aiohttp's own current-app one), a tenth of
+        a single read's CPU.
+        """
+        record = self.record
+
+        async def counted_handler(request: web.Request) -> web.StreamResponse:
+            started = time.perf_counter()
+            code = 500
+            try:
+                response = await handler(request)
+                code = response.status
+                return response
+            except web.HTTPException as exc:
+                code = exc.status
+                raise
+            finally:
+                record(route, request.method, code, time.perf_counter() - started)
+
+        return counted_handler
+
+
+def request_metrics(metrics: Metrics, listener: str) -> Middleware:
+    """An aiohttp middleware counting requests by route (the pattern, not the raw path), for
+    an application whose routes are not wrapped by `RouteCounts.counted`."""
+    counts = RouteCounts(metrics, listener)
 
     @web.middleware
     async def middleware(request: web.Request, handler: Handler) -> web.StreamResponse:
         started = time.perf_counter()
-        route = _route_name(request)
         code = 500
         try:
             response = await handler(request)
@@ -70,17 +117,7 @@ def request_metrics(metrics: Metrics, listener: str) -> Middleware:
             code = exc.status
             raise
         finally:
-            key = (route, request.method, code)
-            counter = counters.get(key)
-            if counter is None:
-                counter = counters[key] = metrics.requests.labels(
-                    listener, route, request.method, str(code)
-                )
-            counter.inc()
-            histogram = histograms.get(route)
-            if histogram is None:
-                histogram = histograms[route] = metrics.latency.labels(listener, route)
-            histogram.observe(time.perf_counter() - started)
+            counts.record(_route_name(request), request.method, code, time.perf_counter() - started)
 
     return middleware
 

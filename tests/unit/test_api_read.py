@@ -741,6 +741,33 @@ async def test_metrics_count_requests_by_route() -> None:
         assert value == 1
 
 
+async def test_metrics_count_method_misses_and_fallthroughs_by_route() -> None:
+    metrics = Metrics()
+    app = create_app(metrics, store=sample_store(), authorizer=AllowAll())
+    client: TestClient[Any, Any] = TestClient(TestServer(app))
+    await client.start_server()
+    try:
+        assert (await client.delete(f"/v1/allocation/{FIRST}")).status == 405
+        assert (await client.get("/v1/allocation/a/b/c")).status == 404
+        assert (await client.get("/v1/nothing-here")).status == 404
+    finally:
+        await client.close()
+    for route, method, code in (
+        ("/v1/allocation/{alloc_id}", "DELETE", "405"),
+        ("/v1/allocation/{tail}", "GET", "404"),
+        ("/{tail}", "GET", "404"),
+    ):
+        labels = {"listener": "api", "route": route, "method": method, "code": code}
+        assert metrics.registry.get_sample_value("allocbridge_http_requests_total", labels) == 1
+        assert (
+            metrics.registry.get_sample_value(
+                "allocbridge_http_request_duration_seconds_count",
+                {"listener": "api", "route": route},
+            )
+            == 1
+        )
+
+
 async def test_ten_thousand_stubs_list_whole_in_create_order() -> None:
     """The full list in one response, as the listing goal's load has it (its speed is measured by
     `make bench`, not here)."""

@@ -15,12 +15,12 @@ registration order, so the catch-alls must be registered last.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 
 from aiohttp import web
 
-from allocbridge.api.answers import Answer, AnswerHandler, respond
+from allocbridge.api.answers import Answer, AnswerHandler, Responder, respond
 from allocbridge.api.errors import INVALID_METHOD, RESOURCE_NOT_FOUND, NomadError
 
 #: A path `:alloc_id`: one segment, possibly empty (Nomad reports an empty ID as too short).
@@ -37,20 +37,35 @@ class Endpoint:
     handlers: Mapping[str, AnswerHandler]
 
 
-def add_endpoints(router: web.UrlDispatcher, endpoints: Iterable[Endpoint]) -> None:
-    """Register each endpoint's handlers, every one behind `answers.respond`."""
+#: What wraps each route's responder, given the route's pattern (`telemetry.RouteCounts.counted`).
+RouteWrapper = Callable[[str, Responder], Responder]
+
+
+def _unwrapped(route: str, responder: Responder) -> Responder:
+    return responder
+
+
+def add_endpoints(
+    router: web.UrlDispatcher, endpoints: Iterable[Endpoint], wrap: RouteWrapper = _unwrapped
+) -> None:
+    """Register each endpoint's handlers, every one behind `answers.respond` and `wrap`."""
     for endpoint in endpoints:
         resource = router.add_resource(endpoint.path)
+        route = resource.canonical
         for method, handler in endpoint.handlers.items():
-            resource.add_route(method, respond(handler))
-        resource.add_route("*", respond(method_not_allowed(endpoint.handlers)))
+            resource.add_route(method, wrap(route, respond(handler)))
+        resource.add_route("*", wrap(route, respond(method_not_allowed(endpoint.handlers))))
 
 
-def add_fallthroughs(router: web.UrlDispatcher) -> None:
+def add_fallthroughs(router: web.UrlDispatcher, wrap: RouteWrapper = _unwrapped) -> None:
     """Register the catch-alls; call after every `add_endpoints`."""
-    router.add_route("*", "/v1/allocation/{tail:.*}", respond(resource_not_found))
-    router.add_route("*", "/v1/client/allocation/{tail:.*}", respond(resource_not_found))
-    router.add_route("*", "/{tail:.*}", respond(root_fallthrough))
+    for path, handler in (
+        ("/v1/allocation/{tail:.*}", resource_not_found),
+        ("/v1/client/allocation/{tail:.*}", resource_not_found),
+        ("/{tail:.*}", root_fallthrough),
+    ):
+        resource = router.add_resource(path)
+        resource.add_route("*", wrap(resource.canonical, respond(handler)))
 
 
 def method_not_allowed(handlers: Mapping[str, AnswerHandler]) -> AnswerHandler:

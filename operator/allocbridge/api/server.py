@@ -1,4 +1,4 @@
-"""The API listener's aiohttp application: middlewares, routes, shutdown.
+"""The API listener's aiohttp application: routes (each counting its requests), shutdown.
 
 Layout (one module per job, Nomad's one-handler-per-resource style):
 
@@ -50,7 +50,7 @@ from allocbridge.api.routing import Endpoint, add_endpoints, add_fallthroughs
 from allocbridge.auth import Authorizer
 from allocbridge.lifecycle import Lifecycle
 from allocbridge.store import AllocationStore
-from allocbridge.telemetry import Metrics, request_metrics
+from allocbridge.telemetry import Metrics, RouteCounts
 
 #: Seconds a request waits for the store's first full list before answering 503.
 DEFAULT_SYNC_TIMEOUT: Final = 10.0
@@ -98,7 +98,8 @@ def create_app(
     sessions close with 1001, given up to `SHUTDOWN_WAIT` seconds; on cleanup, what streams left
     running in the background gets as long, then the clients close.
     """
-    app = web.Application(middlewares=[request_metrics(metrics, "api")])
+    app = web.Application()  # no middleware: each route counts its own requests
+    counts = RouteCounts(metrics, "api")
     app[CONTEXT] = ApiContext(
         store=store,
         authorizer=authorizer,
@@ -108,8 +109,8 @@ def create_app(
         pods=pods if pods is not None else PodClients(),
     )
     for endpoints in _ENDPOINT_MODULES:
-        add_endpoints(app.router, endpoints)
-    add_fallthroughs(app.router)
+        add_endpoints(app.router, endpoints, counts.counted)
+    add_fallthroughs(app.router, counts.counted)
     app.on_shutdown.append(_release_waiters)
     app.on_shutdown.append(_end_streams)
     app.on_cleanup.append(_close_clients)
