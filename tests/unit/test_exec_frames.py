@@ -70,6 +70,41 @@ def test_binary_messages_are_read_like_text() -> None:
 
 
 @pytest.mark.parametrize(
+    "message",
+    [
+        b'{"stdin":{"data":"eA=="}}',  # the nomad CLI's keystroke
+        b' {\t"stdin" :\r\n{ "data": "eA==" } }\n',  # JSON whitespace anywhere
+        b'{"stdin":{"data":""}}',
+        b'{"stdin":{"data":"' + base64.b64encode(bytes(range(256))) + b'"}}',
+        b'{"stdin":{"data":"eA="}}',  # bad padding: the JSON path says so
+        b'{"stdin":{"data":"eA=="},"x":{"y":"z"}}',  # another key after it
+        b'{"stdin":{"data":"eA==","close":true}}',
+        b'\x0c{"stdin":{"data":"eA=="}}',  # form feed is not JSON whitespace
+        b'{"stdin":{"data":"e\\u0041=="}}',  # an escape: not base64 as written
+    ],
+)
+def test_the_keystroke_shortcut_reads_frames_as_the_json_decoder_does(message: bytes) -> None:
+    def by_json() -> object:
+        try:
+            frame = json.loads(message)
+        except ValueError:
+            return "error"
+        stdin = frame.get("stdin") or {}
+        try:
+            data = base64.b64decode(stdin.get("data", ""), validate=True)
+        except ValueError:
+            return "error"
+        return (data, bool(stdin.get("close", False)), frame.get("tty_size"))
+
+    try:
+        decoded = decode_client_frame(message)
+    except FrameError:
+        assert by_json() == "error"
+    else:
+        assert by_json() == (decoded.stdin, decoded.stdin_close, decoded.tty_size)
+
+
+@pytest.mark.parametrize(
     ("message", "reason"),
     [
         ("not json", "invalid exec frame: "),

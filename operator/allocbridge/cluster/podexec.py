@@ -109,6 +109,12 @@ class Channel(enum.IntEnum):
     CLOSE = 255  # v5: `[255, channel]` half-closes that channel
 
 
+_OUTPUT_CHANNELS: Final = {
+    Channel.STDOUT.value: Channel.STDOUT,
+    Channel.STDERR.value: Channel.STDERR,
+}
+
+
 class ExecError(KubernetesError):
     """The exec started but failed: ended without an exit code, a broken stream, an unusable
     answer. (Refused: `NotFoundError`, `ContainerNotRunningError`, ...; no answer:
@@ -295,11 +301,12 @@ class ExecStream:
 
     def _message(self, message: bytes) -> None:
         channel, payload = decode_frame(message)
-        if channel in (Channel.STDOUT, Channel.STDERR):
+        output = _OUTPUT_CHANNELS.get(channel)
+        if output is not None:
             if payload:
                 if self.first_output_at is None:
                     self.first_output_at = time.monotonic()
-                self._deliver(Output(Channel(channel), payload), len(payload))
+                self._deliver(Output(output, payload), len(payload))
         elif channel == Channel.STATUS:
             try:
                 code = exit_code_from_status(payload)

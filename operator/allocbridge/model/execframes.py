@@ -13,7 +13,9 @@ from __future__ import annotations
 
 import base64
 import binascii
+import contextlib
 import json
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Final, Literal
@@ -46,8 +48,22 @@ class ClientFrame:
         return not self.stdin and not self.stdin_close and self.tty_size is None
 
 
+#: A keystroke's frame, `{"stdin":{"data":"<base64>"}}` with any JSON whitespace: the most
+#: frequent frame of an interactive session, read without the JSON decoder (a third of the
+#: decode's cost). Anything else, or base64 that does not decode, goes the whole way.
+_STDIN_ONLY: Final = re.compile(
+    rb'[ \t\r\n]*\{[ \t\r\n]*"stdin"[ \t\r\n]*:[ \t\r\n]*\{[ \t\r\n]*"data"[ \t\r\n]*:'
+    rb'[ \t\r\n]*"([A-Za-z0-9+/]*={0,2})"[ \t\r\n]*\}[ \t\r\n]*\}[ \t\r\n]*'
+)
+
+
 def decode_client_frame(message: str | bytes) -> ClientFrame:
     """Nomad's `ExecStreamingInput` JSON; unknown keys are ignored, as Nomad ignores them."""
+    if isinstance(message, bytes):
+        keystroke = _STDIN_ONLY.fullmatch(message)
+        if keystroke is not None:
+            with contextlib.suppress(binascii.Error, ValueError):
+                return ClientFrame(stdin=base64.b64decode(keystroke.group(1), validate=True))
     frame = _json_object(message, "exec frame")
     stdin_data, stdin_close, size = b"", False, None
     stdin = frame.get("stdin")

@@ -39,6 +39,7 @@ _GUID: Final = b"258EAFA5-E914-47DA-95CA-C5AB0DC85B11"
 _LONG16: Final = struct.Struct("!BBH")
 _LONG64: Final = struct.Struct("!BBQ")
 _CODE: Final = struct.Struct("!H")
+_WHOLE_OPCODES: Final = frozenset((OP_TEXT, OP_BINARY, OP_CLOSE, OP_PING, OP_PONG))
 
 
 class ProtocolError(Exception):
@@ -137,6 +138,10 @@ class FrameParser:
 
     def feed(self, data: bytes) -> list[Message]:
         """The messages that `data` completes, in order; raises ProtocolError."""
+        if not self._chunks and not self._fragment_opcode:
+            whole = self._one_small_frame(data)
+            if whole is not None:
+                return [whole]
         if self._chunks:
             self._chunks.append(data)
             self._held += len(data)
@@ -158,6 +163,27 @@ class FrameParser:
                 break
             at = frame_end
         return messages
+
+    def _one_small_frame(self, data: bytes) -> Message | None:
+        """`data` as one whole unfragmented frame of at most 125 bytes (a keystroke, an
+        echo, a control frame), checked as `_frame` checks it; None for anything else."""
+        if len(data) < 2:
+            return None
+        first = data[0]
+        second = data[1]
+        size = second & 0x7F
+        opcode = first & 0x0F
+        if first & 0xF0 != 0x80 or size > 125 or opcode not in _WHOLE_OPCODES:
+            return None
+        if size > self._max and opcode < OP_CLOSE:
+            return None
+        if self._masked:
+            if not second & 0x80 or len(data) != size + 6:
+                return None
+            return Message(opcode, mask(data[2:6], data[6:]))
+        if second & 0x80 or len(data) != size + 2:
+            return None
+        return Message(opcode, data[2:])
 
     def _frame(self, data: bytes, at: int, end: int, messages: list[Message]) -> int:
         """Parse the frame at `at`: its end, or minus the bytes it needs when incomplete."""
