@@ -45,6 +45,7 @@ from allocbridge.ops.server import create_app as create_ops_app
 from allocbridge.reconcile.runner import OperatorThread
 from allocbridge.store.feed import StoreFeed
 from allocbridge.store.memory import AllocationStore
+from allocbridge.store.relay import FeedRelay
 from allocbridge.telemetry import Metrics
 
 log = logging.getLogger(__name__)
@@ -67,6 +68,8 @@ class Replica:
     _stop_now: asyncio.Event = field(default_factory=asyncio.Event, init=False)
     _operator: OperatorThread | None = field(default=None, init=False)
     _credentials: Credentials | None = field(default=None, init=False)  # once loaded (exec)
+    # The store feed's events for the reconciler on Kopf's loop; bound to the loop of `run`.
+    relay: FeedRelay = field(init=False)
 
     def __post_init__(self) -> None:
         controller = self.settings.controller
@@ -78,6 +81,7 @@ class Replica:
 
     async def run(self) -> int:
         loop = asyncio.get_running_loop()
+        self.relay = FeedRelay(loop)
         for signum in (signal.SIGTERM, signal.SIGINT):
             loop.add_signal_handler(signum, self._on_signal, signum)
         ops = await self._serve_ops()
@@ -154,7 +158,7 @@ class Replica:
         self.actions.current = Actions(Kube(api), monitor.credentials.configuration())
         try:
             await StoreFeed(
-                self.store, ObjectWatches(api), self.settings.kubernetes.namespaces
+                self.store, ObjectWatches(api), self.settings.kubernetes.namespaces, self.relay
             ).run()
         finally:
             await self.actions.current.close()
@@ -177,7 +181,7 @@ class Replica:
             if credentials is None:  # pragma: no cover - ready implies credentials
                 await asyncio.sleep(OPERATOR_RESTART_DELAY)
                 continue
-            self._operator = OperatorThread(self.settings.kubernetes, credentials)
+            self._operator = OperatorThread(self.settings.kubernetes, credentials, self.relay)
             self._operator.start()
             await asyncio.to_thread(self._operator.thread.join)
             log.warning(

@@ -22,7 +22,7 @@ def test_the_kopf_thread_runs_on_uvloop(monkeypatch: pytest.MonkeyPatch) -> None
         loops.append(asyncio.get_running_loop())
 
     monkeypatch.setattr(OperatorThread, "_operate", operate)
-    thread = OperatorThread(cast(Any, None), cast(Any, None))
+    thread = OperatorThread(cast(Any, None), cast(Any, None), cast(Any, None))
     thread.start()
     thread.thread.join(10)
     assert thread.error is None

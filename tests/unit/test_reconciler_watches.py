@@ -15,7 +15,8 @@ from allocbridge.cluster.watch import Changed, Listed, ObjectWatches
 from allocbridge.model.pods import MANAGED_SELECTOR
 from allocbridge.reconcile.allocations import Reconciler
 from allocbridge.reconcile.peering import PeeringPause
-from allocbridge.reconcile.watches import POD_EVENTS, ReconcilerWatches
+from allocbridge.reconcile.watches import POD_EVENTS, FedStreams, ReconcilerWatches
+from allocbridge.store.relay import FeedRelay
 
 Item = Listed | Changed
 
@@ -103,7 +104,6 @@ async def test_listed_objects_come_as_type_none_and_changes_with_theirs() -> Non
     streams, intake = ScriptedStreams(), Intake()
     running = asyncio.create_task(_watches(streams, intake).run())
     await _settle()
-    assert len(streams.starts) == ReconcilerWatches.count(("ns",))
     assert sorted(streams.starts) == [
         ("allocations", "ns", None),
         ("events", "ns", POD_EVENTS),
@@ -178,6 +178,41 @@ async def test_nothing_is_watched_while_paused_and_resuming_lists_again() -> Non
     running.cancel()
     await asyncio.gather(running, return_exceptions=True)
     assert streams.open == 0 and pause.listeners == []
+
+
+def test_only_events_and_nodes_take_connections_of_their_own() -> None:
+    """Allocations and pods come from the store feed (`FedStreams`), so the reconciler's client
+    needs a connection for Nodes and one for Events per namespace (or one cluster-wide)."""
+    assert ReconcilerWatches.count(()) == 2
+    assert ReconcilerWatches.count(("ns",)) == 2
+    assert ReconcilerWatches.count(("a", "b", "c")) == 4
+
+
+async def test_fed_streams_take_allocations_and_pods_from_the_store_feed() -> None:
+    """Allocations and managed pods come through the feed's relay (here with nothing listed
+    yet, a change handed on as the feed read it); Events and Nodes from the watches."""
+    relay = FeedRelay(asyncio.get_running_loop())
+    streams = ScriptedStreams()
+    fed = FedStreams(relay, cast(ObjectWatches, streams))
+    allocations = fed.allocations("ns")
+    pods = fed.pods("ns", MANAGED_SELECTOR)
+    first = asyncio.ensure_future(anext(allocations))
+    first_pod = asyncio.ensure_future(anext(pods))
+    await _settle()
+    assert relay.following("allocations/ns") and relay.following("pods/ns")
+    change = Changed("ADDED", _obj("a"), 2)
+    relay.hand("allocations/ns", change)
+    relay.hand("pods/ns", change)
+    assert await first is change and await first_pod is change
+    await cast(Any, allocations).aclose()
+    await cast(Any, pods).aclose()
+    await _settle()
+    assert not relay.following("allocations/ns") and not relay.following("pods/ns")
+    with pytest.raises(ValueError, match="does not watch pods"):
+        fed.pods("ns", "app=other")
+    fed.events("ns", POD_EVENTS)
+    fed.nodes()
+    assert streams.starts == [("events", "ns", POD_EVENTS), ("nodes", None, None)]
 
 
 def _record(message: str) -> logging.LogRecord:

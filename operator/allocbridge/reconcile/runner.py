@@ -30,7 +30,8 @@ from allocbridge.config import KubernetesSettings
 from allocbridge.model.pods import LABEL_MANAGED_BY, MANAGED_BY, honours_container_restart_policies
 from allocbridge.reconcile.allocations import Reconciler
 from allocbridge.reconcile.peering import PeeringPause, following_peering
-from allocbridge.reconcile.watches import ReconcilerWatches
+from allocbridge.reconcile.watches import FedStreams, ReconcilerWatches
+from allocbridge.store.relay import FeedRelay
 
 log = logging.getLogger(__name__)
 
@@ -80,11 +81,13 @@ async def create_peering(kube: Kube, name: str) -> None:
 def build_registry(
     credentials: Credentials,
     settings: KubernetesSettings,
+    relay: FeedRelay,
     pause: PeeringPause | None = None,
 ) -> kopf.OperatorRegistry:
     """What Kopf runs besides its peering: the login with the credentials the process already
-    loaded, and the start and end of the reconciler and its watches (`watches`); `pause`
-    follows Kopf's peering pause (see `peering`).
+    loaded, and the start and end of the reconciler and its watches (`watches`: Allocations
+    and pods from the store feed's `relay`); `pause` follows Kopf's peering pause (see
+    `peering`).
 
     No resource handler is registered: the reconciler's own watches feed it, and Kopf's
     per-event machinery cost more CPU than the reconciliation (see `watches`). So Kopf adds no
@@ -116,7 +119,7 @@ def build_registry(
         state["reconciler"] = reconciler
         feeding = ReconcilerWatches(
             reconciler,
-            lambda on_error: ObjectWatches(api, on_error),
+            lambda on_error: FedStreams(relay, ObjectWatches(api, on_error)),
             settings.namespaces,
             pause,
         )
@@ -152,9 +155,12 @@ def build_registry(
 class OperatorThread:
     """One run of the Kopf operator; `stop()` asks it to finish and waits."""
 
-    def __init__(self, settings: KubernetesSettings, credentials: Credentials) -> None:
+    def __init__(
+        self, settings: KubernetesSettings, credentials: Credentials, relay: FeedRelay
+    ) -> None:
         self.settings = settings
         self.credentials = credentials
+        self.relay = relay  # the store feed's, on the main loop (see `watches`)
         self.stop_flag = threading.Event()
         self.ready_flag = threading.Event()
         self.error: BaseException | None = None
@@ -184,7 +190,7 @@ class OperatorThread:
         namespaces = self.settings.namespaces
         with following_peering(starts_paused=not self.settings.standalone) as pause:
             await kopf.operator(
-                registry=build_registry(self.credentials, self.settings, pause),
+                registry=build_registry(self.credentials, self.settings, self.relay, pause),
                 settings=settings,
                 standalone=self.settings.standalone,
                 priority=self.settings.priority,

@@ -8,11 +8,17 @@ a start of 500 Allocations is about 5,500 watch events. Here each event is decod
 and handed to the reconciler's intake as it is (`cluster.watch`); Kopf keeps the peering, which
 decides whether this replica reconciles at all.
 
-Kopf's rules for its own watches are kept: nothing is watched while the replica is paused
-(`peering`), and resuming lists every object again, which the reconciler takes as a listed
-object (event type None: its pod is read once more, as after any list). The API server filters
-the pods (the operator's label) and the Events (about pods), so other workloads cost neither
-side. Allocations, pods and Events are watched in each configured namespace, or cluster-wide.
+Allocations and pods are not watched here: the store feed, which every replica runs, watches
+the same ones, and hands what it decoded on (`FedStreams`, `store.relay`), so each event is
+read and decoded once per replica and the API server has one watcher of each fewer. Events
+about pods and Nodes are watched here, as only the reconciler reads them.
+
+Kopf's rules for its own watches are kept: nothing is followed while the replica is paused
+(`peering`), and resuming lists every object again (for Allocations and pods: what the store
+feed holds of them then), which the reconciler takes as a listed object (event type None: its
+pod is read once more, as after any list). The API server filters the pods (the operator's
+label) and the Events (about pods), so other workloads cost neither side. Allocations, pods
+and Events are followed in each configured namespace, or cluster-wide.
 """
 
 from __future__ import annotations
@@ -22,13 +28,14 @@ import contextlib
 import logging
 import time
 from collections.abc import AsyncIterator, Callable
-from typing import Any
+from typing import Any, Protocol
 
 from allocbridge.cluster.resources import Json
 from allocbridge.cluster.watch import Changed, Listed, ObjectWatches
 from allocbridge.model.pods import MANAGED_SELECTOR, owning_allocation
 from allocbridge.reconcile.allocations import Reconciler
 from allocbridge.reconcile.peering import PeeringPause
+from allocbridge.store.relay import ALLOCATIONS, PODS, FeedRelay
 
 log = logging.getLogger(__name__)
 
@@ -41,13 +48,52 @@ WARN_EVERY = 30.0
 Intake = Callable[[str | None, Json], None]
 
 
+class Streams(Protocol):
+    """Where the reconciler's streams come from (`ObjectWatches`' calls)."""
+
+    def allocations(self, namespace: str | None) -> AsyncIterator[Listed | Changed]: ...
+
+    def pods(
+        self, namespace: str | None, label_selector: str
+    ) -> AsyncIterator[Listed | Changed]: ...
+
+    def events(
+        self, namespace: str | None, field_selector: str
+    ) -> AsyncIterator[Listed | Changed]: ...
+
+    def nodes(self) -> AsyncIterator[Listed | Changed]: ...
+
+
+class FedStreams:
+    """Allocations and pods as the store feed read them (`relay`), Events and Nodes from watches
+    of the reconciler's own (`watches`)."""
+
+    def __init__(self, relay: FeedRelay, watches: ObjectWatches) -> None:
+        self.relay = relay
+        self.watches = watches
+
+    def allocations(self, namespace: str | None) -> AsyncIterator[Listed | Changed]:
+        return self.relay.follow(ALLOCATIONS, namespace)
+
+    def pods(self, namespace: str | None, label_selector: str) -> AsyncIterator[Listed | Changed]:
+        if label_selector != MANAGED_SELECTOR:  # the feed watches the managed pods only
+            raise ValueError(f"the store feed does not watch pods by {label_selector!r}")
+        return self.relay.follow(PODS, namespace)
+
+    def events(self, namespace: str | None, field_selector: str) -> AsyncIterator[Listed | Changed]:
+        return self.watches.events(namespace, field_selector)
+
+    def nodes(self) -> AsyncIterator[Listed | Changed]:
+        return self.watches.nodes()
+
+
 class ReconcilerWatches:
     """The watches feeding one reconciler; `run` follows the pause until cancelled."""
 
     def __init__(
         self,
         reconciler: Reconciler,
-        streams: Callable[[Callable[[Exception], None]], ObjectWatches],
+        streams: Callable[[Callable[[Exception], None]], Streams],
         namespaces: tuple[str, ...],
         pause: PeeringPause | None = None,
     ) -> None:
@@ -59,8 +105,9 @@ class ReconcilerWatches:
 
     @staticmethod
     def count(namespaces: tuple[str, ...]) -> int:
-        """How many streams (each a connection) watch `namespaces` (see `_streams`)."""
-        return 1 + 3 * max(1, len(namespaces))
+        """How many watches of the reconciler's own (each a connection) follow `namespaces`
+        with `FedStreams` (see `_streams`): Nodes, and Events in each namespace."""
+        return 1 + max(1, len(namespaces))
 
     def _streams(self) -> list[tuple[str, AsyncIterator[Listed | Changed], Intake]]:
         reconciler = self.reconciler
