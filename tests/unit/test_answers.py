@@ -6,10 +6,12 @@ endpoints' bodies and headers are checked in test_api_read.py and the compatibil
 
 from __future__ import annotations
 
+import asyncio
 import json
 from collections.abc import AsyncIterator
 from typing import Any
 
+import aiohttp
 import pytest
 from aiohttp import web
 from aiohttp.test_utils import TestClient, TestServer
@@ -39,6 +41,11 @@ async def items(request: web.Request) -> Answer:
 
 async def joined(request: web.Request) -> Answer:
     return Answer(array=JOINED, index=7)
+
+
+async def misstated(request: web.Request) -> Answer:
+    """The array with a length known ahead that is too long by 3 bytes (a bug to survive)."""
+    return Answer(array=encoding.Fragments(JOINED.parts, JOINED.separator, JOINED.size() + 3))
 
 
 async def written(request: web.Request) -> Answer:
@@ -76,6 +83,7 @@ HANDLERS: dict[str, AnswerHandler] = {
     "value": value,
     "items": items,
     "joined": joined,
+    "misstated": misstated,
     "written": written,
     "not_found": not_found,
     "denied": denied,
@@ -184,3 +192,15 @@ async def test_other_methods_are_405_with_allow(client: TestClient[Any, Any]) ->
     response = await client.post("/value")
     assert (response.status, await response.text()) == (405, "Invalid method")
     assert response.headers["Allow"] == "GET"
+
+
+async def test_a_streamed_array_shorter_than_its_stated_length_ends_its_connection(
+    client: TestClient[Any, Any], monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Were a known length ever wrong, the client must fail at once, not wait for bytes that
+    never come on a connection it would then reuse out of step."""
+    monkeypatch.setattr(answers, "STREAM_BYTES", 8)  # streamed, in pieces
+    response = await client.get("/misstated")
+    with pytest.raises(aiohttp.ClientPayloadError):
+        await asyncio.wait_for(response.read(), 10)
+    assert "a list body's length differs from its Content-Length" in caplog.text

@@ -292,6 +292,33 @@ async def test_a_large_list_is_streamed_with_the_same_bytes_and_length(
     assert len(json.loads(streamed)) == len(SAMPLE)
 
 
+async def test_whole_lists_have_the_length_of_their_bytes_after_changes(
+    store: AllocationStore, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A whole list's Content-Length comes from the store's summed stub sizes, not from
+    measuring the stubs: after replacements, moves and removals it is still the body's length,
+    with and without TaskStates, in every namespace form, streamed or not."""
+    ident, options = SAMPLE[0]
+    store.upsert(stored(ident, **{**options, "modify_index": 130, "namespace": "team-a"}))
+    store.upsert(stored(SAMPLE[1][0], **{**SAMPLE[1][1], "client_status": "failed"}))
+    store.remove(SAMPLE[2][0], 140)
+    client = await serve(store)
+    try:
+        for stream_bytes in (answers.STREAM_BYTES, 700):
+            monkeypatch.setattr(answers, "STREAM_BYTES", stream_bytes)
+            for query in ("namespace=*", "namespace=default", "namespace=team-a", "reverse=true"):
+                for task_states in ("true", "false"):
+                    path = f"/v1/allocations?{query}&task_states={task_states}"
+                    response = await client.get(path)
+                    body = await response.read()
+                    assert response.headers["Content-Length"] == str(len(body)), path
+                    assert [stub["ID"] for stub in json.loads(body)] == [
+                        stub["ID"] for stub in await (await client.get(path + "&pretty")).json()
+                    ]
+    finally:
+        await client.close()
+
+
 async def test_list_pages_with_prefix_use_id_tokens(client: TestClient[Any, Any]) -> None:
     response = await client.get("/v1/allocations?prefix=aa&namespace=*&per_page=1")
     ids = sorted(i for i, _ in SAMPLE if i.startswith("aa"))

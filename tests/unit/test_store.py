@@ -242,6 +242,42 @@ def test_replace_all_keeps_the_last_of_duplicates_and_matches_upserts() -> None:
     assert bulk.namespaces() == one_by_one.namespaces()
 
 
+def _summed_stubs(store: AllocationStore, namespace: str | None, *, task_states: bool) -> int:
+    return sum(len(a.stub_json(task_states=task_states)) for a in store.chronological(namespace))
+
+
+def _assert_stub_sizes_are_the_stubs(store: AllocationStore) -> None:
+    for namespace in (None, "default", "team-a", "elsewhere"):
+        for task_states in (True, False):
+            expected = _summed_stubs(store, namespace, task_states=task_states)
+            assert store.stubs_size(namespace, task_states=task_states) == expected
+        assert store.count(namespace) == len(list(store.chronological(namespace)))
+
+
+def test_stubs_size_follows_every_change() -> None:
+    """What a whole list's Content-Length is computed from: the sum of the stubs it sends,
+    kept up to date by every change instead of measured per request."""
+    store = sample_store()
+    _assert_stub_sizes_are_the_stubs(store)
+    ident, options = SAMPLE[0]
+    store.upsert(stored(ident, **{**options, "modify_index": 130, "client_status": "failed"}))
+    _assert_stub_sizes_are_the_stubs(store)  # replaced in place, its stub's size changed
+    store.upsert(stored(ident, **{**options, "modify_index": 131, "namespace": "elsewhere"}))
+    _assert_stub_sizes_are_the_stubs(store)  # moved to another namespace
+    no_states = wire(alloc_id(40), create_index=140, namespace="team-a")
+    no_states["TaskStates"] = None
+    store.upsert(StoredAllocation.from_wire(no_states))
+    _assert_stub_sizes_are_the_stubs(store)  # its tail is the constant null one
+    store.remove(ident, 150)
+    _assert_stub_sizes_are_the_stubs(store)  # "elsewhere" is empty again
+    assert store.stubs_size("elsewhere") == 0
+    for other, _ in SAMPLE[1:]:
+        store.remove(other, 160)
+    _assert_stub_sizes_are_the_stubs(store)
+    store.replace_all([stored(alloc_id(n), create_index=200 + n) for n in range(5)], 210)
+    _assert_stub_sizes_are_the_stubs(store)
+
+
 def test_chronological_order_per_namespace_and_overall() -> None:
     store = sample_store()
     everything = list(store.chronological())

@@ -47,7 +47,7 @@ async def list_allocations(request: web.Request) -> Answer:
     readable = ReadableNamespaces(ctx.authorizer, who, store) if every_namespace else None
     namespace = None if every_namespace else query.namespace
 
-    def run() -> tuple[int, Page[StoredAllocation]]:
+    def run() -> tuple[int, tuple[Page[StoredAllocation], int | None]]:
         accept = _predicate(matches, None if readable is None else readable.allowed)
         page = list_page(
             store,
@@ -58,10 +58,22 @@ async def list_allocations(request: web.Request) -> Answer:
             next_token=query.next_token,
             accept=accept,
         )
-        return store.index, page
+        # A whole list (every allocation of the namespace, or of all): the store knows the
+        # stubs' summed length; taken here, in the same step as the page.
+        whole = (
+            accept is None
+            and prefix is None
+            and not query.next_token
+            and not fields.resources
+            and len(page.items) == store.count(namespace)
+        )
+        size = store.stubs_size(namespace, task_states=fields.task_states) if whole else None
+        return store.index, (page, size)
 
-    index, page = await filtered_blocking_query(store, query, run, readable)
-    stubs = stub_array(page.items, task_states=fields.task_states, resources=fields.resources)
+    index, (page, size) = await filtered_blocking_query(store, query, run, readable)
+    stubs = stub_array(
+        page.items, task_states=fields.task_states, resources=fields.resources, stubs_size=size
+    )
     return Answer(array=stubs, index=index, next_token=page.next_token)
 
 

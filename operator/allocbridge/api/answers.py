@@ -151,8 +151,20 @@ async def _send_array(
     await response.prepare(request)
     parts, separator = array.parts, array.separator
     per_piece = max(1, len(parts) * STREAM_BYTES // size)
-    await response.write(separator.join(parts[:per_piece]))
+    piece = separator.join(parts[:per_piece])
+    written = len(piece)
+    await response.write(piece)
     for start in range(per_piece, len(parts), per_piece):
-        await response.write(separator.join([b"", *parts[start : start + per_piece]]))
+        piece = separator.join([b"", *parts[start : start + per_piece]])
+        written += len(piece)
+        await response.write(piece)
+    if written != size:
+        # A length known ahead (`Fragments.length`) was wrong: the client was promised other
+        # than it got, so the connection cannot carry another answer.
+        log.error(
+            "a list body's length differs from its Content-Length",
+            extra={"path": request.path, "content_length": size, "written": written},
+        )
+        response.force_close()
     await response.write_eof()
     return response

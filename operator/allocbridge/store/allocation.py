@@ -127,6 +127,12 @@ class StoredAllocation:
         head = self._with_resources if resources else self._stub_head
         return head + (self._stub_tail if task_states else _NULL_TAIL)
 
+    @property
+    def stub_sizes(self) -> tuple[int, int]:
+        """The lengths of `stub_json()` with and without TaskStates (without resources)."""
+        head = len(self._stub_head)
+        return head + len(self._stub_tail), head + len(_NULL_TAIL)
+
     def stub_dict(self, *, task_states: bool = True, resources: bool = False) -> Json:
         """The stub as a dict (for `?pretty`)."""
         stub = self.stub
@@ -171,7 +177,11 @@ _WITH_RESOURCES: Final = attrgetter("_with_resources")
 
 
 def stub_array(
-    allocs: Iterable[StoredAllocation], *, task_states: bool = True, resources: bool = False
+    allocs: Iterable[StoredAllocation],
+    *,
+    task_states: bool = True,
+    resources: bool = False,
+    stubs_size: int | None = None,
 ) -> encoding.Fragments:
     """The JSON array of the allocations' stubs, as fragments of their kept heads and tails.
 
@@ -179,22 +189,32 @@ def stub_array(
     50,000 otherwise spends its time in method calls and copies. Without TaskStates the heads
     are joined by the constant tail (`[h1` `,"TaskStates":null},` `h2` ... `hn,"TaskStates":
     null}]`); with them, heads and tails alternate with commas between stubs.
+
+    `stubs_size`, when the caller knows it (`AllocationStore.stubs_size` of a whole list), is
+    the sum of the stubs' lengths: measuring them is a pass over every head and tail before the
+    response reads them again, and at 50,000 they no longer stay in the CPU's caches from one
+    pass to the next (a fifth of the list's time there, a tenth at 10,000).
     """
     items = allocs if isinstance(allocs, list) else list(allocs)
     heads = list(map(_WITH_RESOURCES if resources else _HEAD, items))
     count = len(heads)
     if not count:
         return encoding.Fragments([b"[]"])
-    # Measured now, while the heads just fetched are in the CPU's caches.
-    length = sum(map(len, heads)) + 1 + count
+    separators = 1 + count  # the brackets and the commas between stubs
     if not task_states:
+        # Measured now, while the heads just fetched are in the CPU's caches.
+        length = separators + (
+            sum(map(len, heads)) + count * len(_NULL_TAIL) if stubs_size is None else stubs_size
+        )
         heads[0] = b"[" + heads[0]
         heads[-1] += _NULL_TAIL + b"]"
-        return encoding.Fragments(heads, _NULL_TAIL_COMMA, length + count * len(_NULL_TAIL))
+        return encoding.Fragments(heads, _NULL_TAIL_COMMA, length)
     tails = list(map(_TAIL, items))
+    if stubs_size is None:
+        stubs_size = sum(map(len, heads)) + sum(map(len, tails))
     fragments = [b","] * (3 * count + 1)
     fragments[0] = b"["
     fragments[1::3] = heads
     fragments[2::3] = tails
     fragments[-1] = b"]"
-    return encoding.Fragments(fragments, length=length + sum(map(len, tails)))
+    return encoding.Fragments(fragments, length=separators + stubs_size)

@@ -44,6 +44,8 @@ class AllocationStore:
         self._by_namespace: dict[str, SortedIndex[tuple[int, str], StoredAllocation]] = {}
         self._by_id: SortedIndex[str, StoredAllocation] = SortedIndex()
         self._by_job: dict[tuple[str, str], dict[str, StoredAllocation]] = {}
+        # Per namespace: the sum of its stubs' `stub_sizes` (with and without TaskStates).
+        self._stub_sizes: dict[str, list[int]] = {}
         self._watch = IndexWatch()
         self._synced = asyncio.Event()
 
@@ -95,6 +97,23 @@ class AllocationStore:
             index = found
         return index.scan(start=start, reverse=reverse)
 
+    def count(self, namespace: str | None = None) -> int:
+        """Allocations in one namespace, or (None) in all."""
+        if namespace is None:
+            return len(self._allocs)
+        found = self._by_namespace.get(namespace)
+        return 0 if found is None else len(found)
+
+    def stubs_size(self, namespace: str | None = None, *, task_states: bool = True) -> int:
+        """The summed length of every stub (`stub_json` without resources) in one namespace,
+        or (None) in all: what a whole list sends besides brackets and commas, known without
+        reading 50,000 stubs."""
+        column = 0 if task_states else 1
+        if namespace is None:
+            return sum(sizes[column] for sizes in self._stub_sizes.values())
+        found = self._stub_sizes.get(namespace)
+        return 0 if found is None else found[column]
+
     def placed_by(self, evaluation_id: str) -> list[StoredAllocation]:
         """Allocations whose `EvalID` is `evaluation_id`, oldest first.
 
@@ -145,6 +164,7 @@ class AllocationStore:
         old = self._allocs.pop(alloc_id, None)
         if old is not None:
             self._unindex(old)
+            self._count_stub(old, -1)
         self._watch.advance(index)
         return old
 
@@ -168,6 +188,9 @@ class AllocationStore:
             namespace: SortedIndex.build(((a.create_index, a.id), a) for a in members)
             for namespace, members in grouped.items()
         }
+        self._stub_sizes = {}
+        for alloc in everything:
+            self._count_stub(alloc, 1)
         highest = max((alloc.modify_index for alloc in self._allocs.values()), default=0)
         self._watch.advance(max(index, highest))
         self._synced.set()
@@ -202,6 +225,9 @@ class AllocationStore:
             or _job_key(old) != _job_key(alloc)
         ):
             self._unindex(old)
+        if old is not None:
+            self._count_stub(old, -1)
+        self._count_stub(alloc, 1)
         self._allocs[alloc.id] = alloc
         key = (alloc.create_index, alloc.id)
         self._by_create.put(key, alloc)
@@ -211,6 +237,17 @@ class AllocationStore:
         namespace.put(key, alloc)
         self._by_id.put(alloc.id, alloc)
         self._by_job.setdefault(_job_key(alloc), {})[alloc.id] = alloc
+
+    def _count_stub(self, alloc: StoredAllocation, sign: int) -> None:
+        """Add (1) or take away (-1) an allocation's stub sizes in its namespace's sums."""
+        with_states, without = alloc.stub_sizes
+        sizes = self._stub_sizes.get(alloc.namespace)
+        if sizes is None:
+            sizes = self._stub_sizes[alloc.namespace] = [0, 0]
+        sizes[0] += sign * with_states
+        sizes[1] += sign * without
+        if sign < 0 and alloc.namespace not in self._by_namespace:
+            del self._stub_sizes[alloc.namespace]
 
     def _unindex(self, alloc: StoredAllocation) -> None:
         key = (alloc.create_index, alloc.id)
