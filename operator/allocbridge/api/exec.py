@@ -18,13 +18,23 @@ Authorization goes through the Authorizer: `alloc-exec` on the allocation's name
 request's for an unknown allocation, so a bad token is denied whether or not the ID exists),
 then `alloc-node-exec` too when the task's driver is `raw_exec`.
 
-Each session runs two pumps (client to pod, pod to client) and a heartbeat; whichever side ends
-first ends the other. A client that goes away ends the Kubernetes stream, which ends a process
-that reads stdin; a command still running when its session ends (containerd keeps it) is ended
-in the background through a second exec (`cluster.leftovers`: SIGHUP, then SIGKILL). Writes
-to the client go through one lock. The executor and the session bookkeeping are the API
-context's (`pods.executor`, `streams`): open sessions are counted in `Lifecycle.active_sessions`
-and the `allocbridge_exec_sessions` gauge; on shutdown they are closed with 1001.
+The relay is callbacks, not tasks (`_Client`): the endpoint writes the 101 itself and the
+request's connection protocol hands every later byte to its parser (`model.websocket`), which
+writes what a frame asks for (stdin, a resize, a stdin close) straight to the Kubernetes stream;
+the stream hands its output to `_Client.on_event`, which writes it straight to the client's
+transport. A keystroke and its echo thus cost no task switch (docs/benchmarks.md, interactive
+exec). Frames that come before the stream is open are kept and sent once it is. Flow control:
+above `HIGH_WATER` bytes waiting for the client the stream is not read until they are below
+`LOW_WATER`, and the client is not read while that much waits for the API server. A frame that
+breaks the protocol closes with 1002, one over `MAX_CLIENT_FRAME` with 1009.
+
+Whichever side ends first ends the other; the server's heartbeat is a timer. A client that goes
+away ends the Kubernetes stream, which ends a process that reads stdin; a command still running
+when its session ends (containerd keeps it) is ended in the background through a second exec
+(`cluster.leftovers`: SIGHUP, then SIGKILL). The executor and the session bookkeeping are the
+API context's (`pods.executor`, `streams`): open sessions are counted in
+`Lifecycle.active_sessions` and the `allocbridge_exec_sessions` gauge; on shutdown they are
+closed with 1001.
 
 Deviations from Nomad: bad `command`, `tty` and client frames close with 1008 (Nomad: 1011), a
 denial closes with 1008 (Nomad: 1011); the exit frame always carries `exit_code`, 0 included

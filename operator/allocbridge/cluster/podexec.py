@@ -236,11 +236,11 @@ async def drained(transport: _Buffered, low: int) -> None:
 
 
 class ExecStream:
-    """One exec session on the Kubernetes side, a WebSocket of its own over aiohttp's upgraded
-    connection: frames are parsed where the bytes arrive (aiohttp's connection protocol hands
-    them to `feed_data`) and written straight to the transport, so a keystroke and its echo
-    cost no task switch here. Events are read either with `events()` or, for a relay, by a
-    listener called as they arrive (`listen`).
+    """One exec session on the Kubernetes side, a WebSocket of its own over a `cluster.execlink`
+    link (a TLS socket of its own, or aiohttp's connection behind a proxy): frames are parsed
+    where the bytes arrive (the link hands them to `feed_data`) and written straight to the
+    link, so a keystroke and its echo cost no task switch here. Events are read either with
+    `events()` or, for a relay, by a listener called as they arrive (`listen`).
 
     Flow control: `events()` stops reading the connection while more than `HIGH_WATER`
     bytes of output wait to be read; a listener pauses and resumes reading itself
