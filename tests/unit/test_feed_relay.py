@@ -90,6 +90,37 @@ async def test_a_follower_on_another_loop_gets_the_items_in_order_and_leaves(
     relay.hand(name, changes[0])  # nobody follows: nothing is kept
 
 
+async def test_a_burst_handed_while_the_follower_gathers_wakes_it_once(
+    other: OtherLoop,
+) -> None:
+    """After taking items the follower lets the next ones gather: the feed queues them without
+    waking the follower's loop, which takes them all at once after the gathering time."""
+    wakes: list[object] = []
+    schedule = other.loop.call_soon_threadsafe
+
+    def counted(callback: Any, *args: Any, **kwargs: Any) -> Any:
+        if getattr(callback, "__name__", "") == "_wake":
+            wakes.append(callback)
+        return schedule(callback, *args, **kwargs)
+
+    other.loop.call_soon_threadsafe = counted  # type: ignore[method-assign,assignment]
+    relay = FeedRelay(asyncio.get_running_loop())
+    name = stream_name("pods", "ns")
+    following = asyncio.ensure_future(
+        other.run(_first(relay.follow("pods", "ns", gather=0.3), 101))
+    )
+    await _until(lambda: relay.following(name))
+    relay.hand(name, Changed("ADDED", _obj("a", 1), 1))
+    await _until(lambda: len(wakes) == 1)
+    await asyncio.sleep(0.05)  # the follower has taken the first and gathers now
+    burst = [Changed("MODIFIED", _obj("a", v), v) for v in range(2, 102)]
+    for change in burst:
+        relay.hand(name, change)
+    got = await following
+    assert got[1:] == burst
+    assert len(wakes) == 1
+
+
 async def test_no_list_comes_first_before_the_feed_has_listed(other: OtherLoop) -> None:
     relay = FeedRelay(asyncio.get_running_loop())
     following = asyncio.ensure_future(other.run(_first(relay.follow("allocations", None), 1)))
