@@ -83,7 +83,6 @@ from allocbridge.cluster.podexec import (
     Output,
     OutputClosed,
     PodExecutor,
-    drained,
 )
 from allocbridge.model.allocstatus import TERMINAL
 from allocbridge.model.execframes import (
@@ -228,8 +227,9 @@ class _Client:
     for a bad frame, or the stream's KubernetesError.
 
     Flow control: output is written while less than `HIGH_WATER` bytes wait for the client;
-    above it the Kubernetes stream is not read until they are below `LOW_WATER`. Input is
-    likewise not read while the Kubernetes stream's write buffer is above `HIGH_WATER`.
+    above it the Kubernetes stream is not read until they are below `LOW_WATER` (the client
+    transport's own marks, told by `_WritePauses`). Input is likewise not read while the
+    Kubernetes stream's write buffer is above `HIGH_WATER`.
     """
 
     def __init__(self, transport: asyncio.Transport) -> None:
@@ -246,7 +246,7 @@ class _Client:
         self._close_sent = False
         self._close_answered: asyncio.Future[None] = loop.create_future()  # its close or EOF
         self._open_streams: list[Stream] = ["stdout", "stderr"]
-        self._draining = False
+        self._client_full = False  # the client's transport is over its high-water mark
         self._waits: set[asyncio.Future[None]] = set()  # for flow control; cancelled by stop
         self._heartbeat = loop.call_later(HEARTBEAT_INTERVAL, self._beat)
 
@@ -328,9 +328,6 @@ class _Client:
             name: Stream = "stdout" if event.channel == Channel.STDOUT else "stderr"
             for frame in encode_output(name, event.data):
                 self._write(OP_TEXT, frame)
-            if self._transport.get_write_buffer_size() > HIGH_WATER and not self._draining:
-                self._draining = True
-                self._waits.add(asyncio.ensure_future(self._read_when_drained()))
         elif isinstance(event, OutputClosed):
             name = "stdout" if event.channel == Channel.STDOUT else "stderr"
             if name in self._open_streams:
@@ -346,16 +343,17 @@ class _Client:
         if error is not None:
             self._end(error)
 
-    async def _read_when_drained(self) -> None:
-        """Read the Kubernetes stream again once the client has taken its output."""
-        stream = self._stream
-        assert stream is not None
-        stream.pause_reading()
-        try:
-            await drained(self._transport, LOW_WATER)
-        finally:
-            self._draining = False
-            stream.resume_reading()
+    def writing_paused(self) -> None:
+        """The client's transport holds more than `HIGH_WATER` bytes: stop reading the stream."""
+        self._client_full = True
+        if self._stream is not None:
+            self._stream.pause_reading()
+
+    def writing_resumed(self) -> None:
+        """The client took its output down to `LOW_WATER`: read the stream again."""
+        self._client_full = False
+        if self._stream is not None:
+            self._stream.resume_reading()
 
     # --- writing, heartbeats, the end ---------------------------------------------------------
 
@@ -396,6 +394,8 @@ class _Client:
         if not self._transport.is_reading() and stream.write_buffer_size <= HIGH_WATER:
             self._transport.resume_reading()
         stream.listen(self)
+        if self._client_full:
+            stream.pause_reading()
 
     def stop(self) -> None:
         """Take nothing more from the session's sides (it ends)."""
@@ -430,6 +430,33 @@ class _Client:
             self._transport.close()
 
 
+class _WritePauses(asyncio.Protocol):
+    """aiohttp's protocol on the client's connection, unchanged, with the transport's writing
+    pauses and resumptions also told to the relay: its flow control then follows the
+    transport's own high- and low-water marks, as a drain would, without a task."""
+
+    def __init__(self, inner: asyncio.BaseProtocol, client: _Client) -> None:
+        self._inner = cast(asyncio.Protocol, inner)
+        self._client = client
+
+    def data_received(self, data: bytes) -> None:
+        self._inner.data_received(data)
+
+    def eof_received(self) -> bool | None:
+        return self._inner.eof_received()
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self._inner.connection_lost(exc)
+
+    def pause_writing(self) -> None:
+        self._inner.pause_writing()
+        self._client.writing_paused()
+
+    def resume_writing(self) -> None:
+        self._inner.resume_writing()
+        self._client.writing_resumed()
+
+
 async def allocation_exec(request: web.Request) -> web.StreamResponse:
     response = await _upgrade(request)
     ctx = context(request)
@@ -438,6 +465,8 @@ async def allocation_exec(request: web.Request) -> web.StreamResponse:
     assert transport is not None  # the upgrade was just written to it
     client = _Client(transport)
     request.protocol.set_parser(cast(Any, client))  # hands over what came after the request
+    transport.set_protocol(_WritePauses(transport.get_protocol(), client))
+    transport.set_write_buffer_limits(high=HIGH_WATER, low=LOW_WATER)
     executor = ctx.pods.executor
     if executor is None:
         await client.close(INTERNAL_ERROR, streams.stopping, NOT_CONFIGURED)

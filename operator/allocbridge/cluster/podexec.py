@@ -91,8 +91,6 @@ CLOSE_TIMEOUT: Final = 10.0
 #: HIGH_WATER stops its source until it is below LOW_WATER.
 HIGH_WATER: Final = 1024 * 1024
 LOW_WATER: Final = 256 * 1024
-#: Seconds between looks at a write buffer that is draining (only while above HIGH_WATER).
-DRAIN_POLL: Final = 0.002
 #: Seconds a short command (`PodExecutor.run`) may take.
 RUN_TIMEOUT: Final = 30.0
 
@@ -219,22 +217,6 @@ class _Listener(Protocol):
         """The stream ended: after the exit (None) or with why it failed."""
 
 
-class _Buffered(Protocol):
-    def get_write_buffer_size(self) -> int: ...
-
-    def is_closing(self) -> bool: ...
-
-
-async def drained(transport: _Buffered, low: int) -> None:
-    """Return once `transport` has at most `low` bytes waiting to be sent, or is closing.
-    Polled every `DRAIN_POLL` seconds, and only while it is over: the transports here belong
-    to aiohttp's connection protocols, which alone hear the transport's resume_writing."""
-    while True:
-        if transport.get_write_buffer_size() <= low or transport.is_closing():
-            return
-        await asyncio.sleep(DRAIN_POLL)
-
-
 class ExecStream:
     """One exec session on the Kubernetes side, a WebSocket of its own over a `cluster.execlink`
     link (a TLS socket of its own, or aiohttp's connection behind a proxy): frames are parsed
@@ -283,15 +265,15 @@ class ExecStream:
             return True, b""
         self._received += len(messages)
         for message in messages:
-            if self._ended:
-                break
             opcode = message.opcode
-            if opcode in (OP_BINARY, OP_TEXT):  # text is not sent by Kubernetes
+            if opcode == OP_CLOSE:  # also after the end: it answers ours
+                self._closed_by_peer()
+            elif self._ended:
+                continue
+            elif opcode in (OP_BINARY, OP_TEXT):  # text is not sent by Kubernetes
                 self._message(message.payload)
             elif opcode == OP_PING:
                 self._write(OP_PONG, message.payload)
-            elif opcode == OP_CLOSE:
-                self._closed_by_peer()
         return False, b""
 
     def feed_eof(self) -> None:
@@ -419,7 +401,7 @@ class ExecStream:
         """Wait while more than `HIGH_WATER` bytes wait to go to the API server, until they
         are below `LOW_WATER`."""
         if self._link.get_write_buffer_size() > HIGH_WATER:
-            await drained(self._link, LOW_WATER)
+            await self._link.drained(LOW_WATER)
 
     async def send_stdin(self, data: bytes) -> None:
         self.write_stdin(data)
@@ -620,7 +602,7 @@ async def _connect(
             api, parts, target=target, headers=headers, key=key, protocols=protocols
         )
     port = parts.port or (443 if parts.scheme == "https" else 80)
-    sock = await execlink.connect(
+    link = await execlink.connect(
         parts.hostname or "",
         port,
         tls if parts.scheme == "https" else None,
@@ -629,21 +611,21 @@ async def _connect(
     try:
         lines = [f"GET {target} HTTP/1.1", f"Host: {parts.netloc}"]
         lines += [f"{name}: {value}" for name, value in headers.items()]
-        await execlink.send_all(sock, ("\r\n".join(lines) + "\r\n\r\n").encode("latin-1"))
-        head, rest = await execlink.read_head(sock)
+        await link.send_all(("\r\n".join(lines) + "\r\n\r\n").encode("latin-1"))
+        head, rest = await execlink.read_head(link)
         status, reason, answer = _parse_head(head)
         if status != 101:
             length = answer.get("content-length", "")
             body = await execlink.read_body(
-                sock, rest, int(length) if length.isdigit() else None, 64 * 1024
+                link, rest, int(length) if length.isdigit() else None, 64 * 1024
             )
             detail = _refusal_text(body) or reason or "no reason"
             raise refused_exec(status, f"Kubernetes refused the exec: {status} {detail}")
         chosen = _check_upgrade(answer.get, key, protocols)
     except BaseException:
-        sock.close()
+        link.close()
         raise
-    return execlink.SocketLink(sock), chosen, rest
+    return link, chosen, rest
 
 
 def _proxied(api: client.ApiClient, parts: SplitResult) -> bool:
