@@ -710,3 +710,73 @@ async def test_pod_exec_v5_and_v4(alloc: Alloc, kubeconfig: Path) -> None:
         out = b"".join(e.data for e in events if isinstance(e, Output) and e.channel == 1)
         err = b"".join(e.data for e in events if isinstance(e, Output) and e.channel == 2)
         assert (out, err, events[-1]) == (b"abc\n", b"e\n", Exited(4)), expected
+
+
+class ConnectProxy:
+    """An HTTP proxy on loopback that answers CONNECT and then carries the bytes both ways, as a
+    corporate proxy in front of an API server does; it records the targets it was asked for."""
+
+    def __init__(self) -> None:
+        self.targets: list[str] = []
+        self._server: asyncio.Server | None = None
+
+    async def __aenter__(self) -> str:
+        self._server = await asyncio.start_server(self._tunnel, "127.0.0.1", 0)
+        port = self._server.sockets[0].getsockname()[1]
+        return f"http://127.0.0.1:{port}"
+
+    async def __aexit__(self, *exc: object) -> None:
+        assert self._server is not None
+        self._server.close()
+
+    async def _tunnel(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        head = await reader.readuntil(b"\r\n\r\n")
+        method, target, _ = head.split(b"\r\n", 1)[0].decode().split(" ", 2)
+        if method != "CONNECT":
+            writer.write(b"HTTP/1.1 405 Method Not Allowed\r\nContent-Length: 0\r\n\r\n")
+            writer.close()
+            return
+        self.targets.append(target)
+        host, _, port = target.rpartition(":")
+        up_reader, up_writer = await asyncio.open_connection(host, int(port))
+        writer.write(b"HTTP/1.1 200 Connection established\r\n\r\n")
+
+        async def carry(source: asyncio.StreamReader, sink: asyncio.StreamWriter) -> None:
+            try:
+                while data := await source.read(65536):
+                    sink.write(data)
+                    await sink.drain()
+            except ConnectionError:
+                pass
+            finally:
+                sink.close()
+
+        await asyncio.gather(carry(reader, up_writer), carry(up_reader, writer))
+
+
+async def test_pod_exec_through_the_environments_proxy(
+    alloc: Alloc, kubeconfig: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """With HTTPS_PROXY set (and NO_PROXY not naming the API server) the stream goes through
+    the proxy, on aiohttp's connection (`cluster.execlink.AiohttpLink`), as the operator's other
+    requests to the API server do; without it, straight to the API server."""
+    for name in ("NO_PROXY", "no_proxy", "HTTP_PROXY", "http_proxy", "ALL_PROXY", "all_proxy"):
+        monkeypatch.delenv(name, raising=False)
+    credentials = await load_credentials(KubernetesSettings(kubeconfig=str(kubeconfig)))
+    api_server = urllib.parse.urlsplit(credentials.server).netloc
+    tunnel = ConnectProxy()
+    async with tunnel as proxy_url:
+        monkeypatch.setenv("HTTPS_PROXY", proxy_url)
+        executor = PodExecutor(lambda: credentials)
+        try:
+            command = ["sh", "-c", "head -c 5; echo; echo e >&2; exit 6"]
+            async with executor.open(alloc.namespace, alloc.name, "main", command, tty=False) as s:
+                await s.send_stdin(b"proxy")
+                await s.close_stdin()
+                events = [event async for event in s.events()]
+        finally:
+            await executor.close()
+        assert tunnel.targets and set(tunnel.targets) == {api_server}
+    out = b"".join(e.data for e in events if isinstance(e, Output) and e.channel == 1)
+    err = b"".join(e.data for e in events if isinstance(e, Output) and e.channel == 2)
+    assert (out, err, events[-1]) == (b"proxy\n", b"e\n", Exited(6))
