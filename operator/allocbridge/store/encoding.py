@@ -44,7 +44,7 @@ class Fragments:
     """A compact JSON text kept as pieces: `separator.join(parts)`, never joined whole here.
 
     A list of 50,000 pre-rendered stubs is 40 MB: its pieces are laid out per request without
-    copying them, and the response writes them 256 KiB at a time. `length`, when the maker
+    copying them, and the response writes them a megabyte at a time. `length`, when the maker
     knows it, saves a pass over 50,000 objects scattered through the heap.
     """
 
