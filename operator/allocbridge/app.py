@@ -227,9 +227,10 @@ class Replica:
     ) -> None:
         """From SIGTERM on, every answer says `Connection: close`: a client's next request
         opens a new connection, which the Service sends to a replica that stays, instead of
-        reusing a kept-alive one that the listener would cut when it closes. (An exec
-        WebSocket ends its connection anyway.)"""
-        if self.lifecycle.draining and not isinstance(response, web.WebSocketResponse):
+        reusing a kept-alive one that the listener would cut when it closes. An upgrade's
+        answer (101, exec's WebSocket) keeps its `Connection: Upgrade`, which the client
+        checks; the WebSocket ends its connection anyway."""
+        if self.lifecycle.draining and response.status != 101:
             response.force_close()  # the server closes it after this answer
             response.headers["Connection"] = "close"  # headers are computed before this hook
 

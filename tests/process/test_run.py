@@ -238,6 +238,33 @@ def test_answers_close_their_kept_alive_connection_while_draining(replica: Runni
     assert replica.process.wait(timeout=15) == 0
 
 
+def test_an_exec_upgrade_while_draining_keeps_its_connection_upgrade(replica: Running) -> None:
+    """The draining replica's `Connection: close` must not land on a 101: a WebSocket client
+    refuses an upgrade's answer without `Connection: Upgrade` (aiohttp: "Invalid connection
+    header"), which failed an exec session during a rollout."""
+    replica.process.send_signal(signal.SIGTERM)
+    wait_for(lambda: worker_state(replica) == "shutdown", timeout=1.0, what="draining")
+    host, port = replica.api.removeprefix("http://").split(":")
+    alloc_id = "5c6fbc4b-180f-497e-8e64-3373be713101"
+    request = (
+        f"GET /v1/client/allocation/{alloc_id}/exec?task=main&command=%5B%22sh%22%5D HTTP/1.1\r\n"
+        f"Host: {host}:{port}\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n"
+        "Sec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\nSec-WebSocket-Version: 13\r\n\r\n"
+    )
+    with socket.create_connection((host, int(port)), timeout=5) as connection:
+        connection.sendall(request.encode())
+        head = b""
+        while b"\r\n\r\n" not in head:
+            chunk = connection.recv(4096)
+            assert chunk, f"the connection ended before the answer's head: {head!r}"
+            head += chunk
+    lines = head.split(b"\r\n\r\n", 1)[0].decode("latin-1").split("\r\n")
+    headers = {k.strip().lower(): v.strip() for k, _, v in (x.partition(":") for x in lines[1:])}
+    assert lines[0].startswith("HTTP/1.1 101 "), lines
+    assert headers["connection"].lower() == "upgrade" and headers["upgrade"] == "websocket"
+    assert replica.process.wait(timeout=15) == 0
+
+
 def test_second_signal_ends_the_wait_early(tmp_path: Path) -> None:
     api_port, ops_port = free_ports(2)
     running = start(tmp_path, config(api_port, ops_port, grace='"1m"'), api_port, ops_port)
