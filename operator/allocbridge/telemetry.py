@@ -107,17 +107,7 @@ def request_metrics(metrics: Metrics, listener: str) -> Middleware:
 
     @web.middleware
     async def middleware(request: web.Request, handler: Handler) -> web.StreamResponse:
-        started = time.perf_counter()
-        code = 500
-        try:
-            response = await handler(request)
-            code = response.status
-            return response
-        except web.HTTPException as exc:
-            code = exc.status
-            raise
-        finally:
-            counts.record(_route_name(request), request.method, code, time.perf_counter() - started)
+        return await counts.counted(_route_name(request), handler)(request)
 
     return middleware
 
