@@ -166,6 +166,15 @@ def test_metrics_has_process_http_and_draining_series(replica: Running) -> None:
     assert "allocbridge_http_request_duration_seconds_bucket" in text
 
 
+def test_the_ops_listener_counts_its_own_requests(replica: Running) -> None:
+    """The ops listener counts through its middleware (the API's routes count themselves)."""
+    assert get(replica.ops + "/health")[0] == 503  # not synced: no Kubernetes here
+    text = get(replica.ops + "/metrics")[1].decode()
+    labels = 'code="503",listener="ops",method="GET",route="/health"'
+    series = f"allocbridge_http_requests_total{{{labels}}}"
+    assert series in text, text
+
+
 def non_loopback_ipv4() -> str | None:
     """An address of this machine that is not loopback: the source address of a route
     outwards (connecting a UDP socket sends nothing), or None without one."""
