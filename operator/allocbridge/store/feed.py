@@ -131,7 +131,7 @@ class StoreFeed:
             if isinstance(event, Listed):
                 self._relist(name, event)
                 if relay is not None and relay.following(name):
-                    relay.hand(name, self._snapshot(name) or event)
+                    relay.hand(name, self._held(name))  # the list's Allocations are packed
             else:
                 self._change(event)
                 if relay is not None and event.kind != "BOOKMARK" and relay.following(name):
@@ -139,9 +139,12 @@ class StoreFeed:
 
     def _snapshot(self, name: str) -> Listed | None:
         """What the feed holds of the stream `name` now, as a list of objects for the relay's
-        followers (Allocations decoded again from their JSON), or None before its first list."""
-        if name not in self._listed:
-            return None
+        followers, or None before its first list."""
+        return self._held(name) if name in self._listed else None
+
+    def _held(self, name: str) -> Listed:
+        """What the feed holds of the stream `name`, as a list of objects (Allocations decoded
+        again from their JSON)."""
         kind, namespace = name.split("/", 1)
         held: dict[Key, Any] = self.allocs if kind == ALLOCATIONS else self.pods
         items = [
