@@ -40,6 +40,7 @@ from allocbridge.cluster.resources import Kube
 from allocbridge.cluster.upstream import UpstreamMonitor
 from allocbridge.cluster.watch import ObjectWatches
 from allocbridge.config import ListenerSettings, Settings
+from allocbridge.eventloop import new_event_loop, uvloop_tls
 from allocbridge.lifecycle import Lifecycle, Next, Phase
 from allocbridge.ops.server import create_app as create_ops_app
 from allocbridge.reconcile.runner import OperatorThread
@@ -157,9 +158,12 @@ class Replica:
         api = monitor.credentials.api_client()
         self.actions.current = Actions(Kube(api), monitor.credentials.configuration())
         try:
-            await StoreFeed(
-                self.store, ObjectWatches(api), self.settings.kubernetes.namespaces, self.relay
-            ).run()
+            # uvloop's TLS, in C, for the watches: a watch whose tail it drops ends early and
+            # resumes from the last resourceVersion the feed took (allocbridge.eventloop).
+            with uvloop_tls():
+                await StoreFeed(
+                    self.store, ObjectWatches(api), self.settings.kubernetes.namespaces, self.relay
+                ).run()
         finally:
             await self.actions.current.close()
             self.actions.current = None
@@ -301,4 +305,5 @@ def tune_garbage_collection() -> None:
 def run(settings: Settings) -> int:
     """Run a replica until it is told to stop; returns the process exit status."""
     tune_garbage_collection()
-    return asyncio.run(Replica(settings).run())
+    with asyncio.Runner(loop_factory=new_event_loop) as runner:  # uvloop (see eventloop)
+        return runner.run(Replica(settings).run())

@@ -10,23 +10,28 @@ from typing import Any, cast
 import pytest
 import uvloop
 
+from allocbridge import eventloop
 from allocbridge.cluster.errors import from_status
 from allocbridge.reconcile import runner
 from allocbridge.reconcile.runner import OperatorThread
 
 
-def test_the_kopf_thread_runs_on_uvloop(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_the_kopf_thread_runs_on_uvloop_with_uvloops_tls(monkeypatch: pytest.MonkeyPatch) -> None:
     loops: list[asyncio.AbstractEventLoop] = []
+    tls: list[bool] = []
 
     async def operate(self: OperatorThread) -> None:
         loops.append(asyncio.get_running_loop())
+        tls.append(eventloop.uses_uvloop_tls())
 
     monkeypatch.setattr(OperatorThread, "_operate", operate)
     thread = OperatorThread(cast(Any, None), cast(Any, None), cast(Any, None))
     thread.start()
     thread.thread.join(10)
     assert thread.error is None
-    assert len(loops) == 1 and isinstance(loops[0], uvloop.Loop)
+    assert len(loops) == 1 and isinstance(loops[0], eventloop.Loop)
+    assert isinstance(loops[0], uvloop.Loop)
+    assert tls == [True]
 
 
 class _PeeringKube:

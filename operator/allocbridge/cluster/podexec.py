@@ -59,6 +59,7 @@ from allocbridge.cluster.errors import (
     from_status,
 )
 from allocbridge.cluster.execlink import Link
+from allocbridge.eventloop import tail_keeping_tls
 from allocbridge.model.websocket import (
     CLOSE_NORMAL,
     OP_BINARY,
@@ -650,14 +651,15 @@ async def _connect_aiohttp(
     protocols: Sequence[str],
 ) -> tuple[Link, str, bytes]:
     session: aiohttp.ClientSession = api.rest_client.pool_manager
-    response = await session.request(
-        "GET",
-        urlunsplit((parts.scheme, parts.netloc, "", "", "")) + target,
-        headers=headers,
-        read_until_eof=False,
-        proxy=api.rest_client.proxy or None,
-        server_hostname=api.rest_client.server_hostname or None,
-    )
+    with tail_keeping_tls():  # the stream's end is the connection's: never uvloop's TLS
+        response = await session.request(
+            "GET",
+            urlunsplit((parts.scheme, parts.netloc, "", "", "")) + target,
+            headers=headers,
+            read_until_eof=False,
+            proxy=api.rest_client.proxy or None,
+            server_hostname=api.rest_client.server_hostname or None,
+        )
     try:
         if response.status != 101:
             detail = _refusal_text(await response.read()) or response.reason or "no reason"

@@ -41,6 +41,7 @@ from allocbridge.cluster.errors import (
     UnavailableError,
     from_status,
 )
+from allocbridge.eventloop import tail_keeping_tls
 
 log = logging.getLogger(__name__)
 
@@ -159,13 +160,14 @@ async def _get(
     headers: dict[str, str] = {"Accept": "*/*"}
     await api.update_params_for_auth(headers, [], ["BearerToken"])
     session: aiohttp.ClientSession = api.rest_client.pool_manager
-    return await session.get(
-        f"{api.configuration.host}{path}?{urlencode(query)}",
-        headers=headers,
-        proxy=api.rest_client.proxy or None,
-        server_hostname=api.rest_client.server_hostname or None,
-        timeout=aiohttp.ClientTimeout(total=None, sock_connect=30),
-    )
+    with tail_keeping_tls():  # a log's last lines are what its reader waits for
+        return await session.get(
+            f"{api.configuration.host}{path}?{urlencode(query)}",
+            headers=headers,
+            proxy=api.rest_client.proxy or None,
+            server_hostname=api.rest_client.server_hostname or None,
+            timeout=aiohttp.ClientTimeout(total=None, sock_connect=30),
+        )
 
 
 async def _message(response: aiohttp.ClientResponse) -> str:

@@ -19,7 +19,6 @@ from dataclasses import replace
 from typing import Any
 
 import kopf
-import uvloop
 
 from allocbridge.actions.lifecycle import Actions
 from allocbridge.cluster.connection import Credentials
@@ -27,6 +26,7 @@ from allocbridge.cluster.errors import KubernetesError, NotFoundError, Unavailab
 from allocbridge.cluster.resources import Kube
 from allocbridge.cluster.watch import ObjectWatches
 from allocbridge.config import KubernetesSettings
+from allocbridge.eventloop import new_event_loop, uvloop_tls
 from allocbridge.model.pods import LABEL_MANAGED_BY, MANAGED_BY, honours_container_restart_policies
 from allocbridge.reconcile.allocations import Reconciler
 from allocbridge.reconcile.peering import PeeringPause, following_peering
@@ -171,11 +171,12 @@ class OperatorThread:
 
     def _main(self) -> None:
         try:
-            # uvloop: its event loop and TLS are cheaper per watch event and per request than
-            # asyncio's, and this loop carries the reconciler's watches and requests and Kopf's
-            # peering. (The HTTP servers stay on asyncio's loop: uvloop lost the tail of an exec
-            # stream.)
-            with asyncio.Runner(loop_factory=uvloop.new_event_loop) as runner:
+            # uvloop, as the main loop (allocbridge.eventloop), here with uvloop's TLS, in C,
+            # for every connection: this loop carries the reconciler's watches (cut off, they
+            # resume from the last event taken) and short framed requests, and Kopf's
+            # peering; exec opens its streams with the tail-keeping TLS wherever it runs
+            # (cluster.podexec).
+            with uvloop_tls(), asyncio.Runner(loop_factory=new_event_loop) as runner:
                 runner.run(self._operate())
         except BaseException as exc:
             self.error = exc
