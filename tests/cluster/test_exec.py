@@ -26,6 +26,7 @@ from typing import Any
 
 import aiohttp
 import pytest
+import yaml
 from running_operator import (
     Operator,
     http,
@@ -780,3 +781,39 @@ async def test_pod_exec_through_the_environments_proxy(
     out = b"".join(e.data for e in events if isinstance(e, Output) and e.channel == 1)
     err = b"".join(e.data for e in events if isinstance(e, Output) and e.channel == 2)
     assert (out, err, events[-1]) == (b"proxy\n", b"e\n", Exited(6))
+
+
+def _with_proxy_url(kubeconfig: Path, proxy_url: str, copy: Path) -> Path:
+    """A copy of the kubeconfig whose clusters name `proxy_url` as their `proxy-url`."""
+    document = yaml.safe_load(kubeconfig.read_text())
+    for entry in document["clusters"]:
+        entry["cluster"]["proxy-url"] = proxy_url
+    copy.write_text(yaml.safe_dump(document))
+    return copy
+
+
+async def test_pod_exec_through_the_kubeconfigs_proxy(
+    alloc: Alloc, kubeconfig: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A kubeconfig whose cluster names a `proxy-url` (and no proxy variable set): the exec
+    stream goes through that proxy to the real API server and node."""
+    for name in ("HTTPS_PROXY", "HTTP_PROXY", "ALL_PROXY"):
+        monkeypatch.delenv(name, raising=False)
+        monkeypatch.delenv(name.lower(), raising=False)
+    tunnel = ConnectProxy()
+    async with tunnel as proxy_url:
+        proxied = _with_proxy_url(kubeconfig, proxy_url, tmp_path / "kubeconfig")
+        credentials = await load_credentials(KubernetesSettings(kubeconfig=str(proxied)))
+        api_server = urllib.parse.urlsplit(credentials.server).netloc
+        executor = PodExecutor(lambda: credentials)
+        try:
+            command = ["sh", "-c", "head -c 3; echo; exit 7"]
+            async with executor.open(alloc.namespace, alloc.name, "main", command, tty=False) as s:
+                await s.send_stdin(b"via")
+                await s.close_stdin()
+                events = [event async for event in s.events()]
+        finally:
+            await executor.close()
+        assert tunnel.targets and set(tunnel.targets) == {api_server}
+    out = b"".join(e.data for e in events if isinstance(e, Output) and e.channel == 1)
+    assert (out, events[-1]) == (b"via\n", Exited(7))

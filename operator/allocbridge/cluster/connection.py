@@ -35,6 +35,7 @@ class Credentials:
     private_key_path: str | None = None
     token: str | None = None
     token_file: str | None = None  # in a pod: the ServiceAccount token, which the kubelet rotates
+    proxy: str | None = None  # the kubeconfig's `proxy-url`
 
     def current_token(self) -> str | None:
         """The token to send now: re-read from `token_file` each time, so rotation is seen."""
@@ -51,6 +52,8 @@ class Credentials:
         cfg.verify_ssl = not self.insecure
         cfg.cert_file = self.certificate_path
         cfg.key_file = self.private_key_path
+        if self.proxy:
+            cfg.proxy = self.proxy
         token = self.current_token()
         if token:
             cfg.api_key = {"BearerToken": token}
@@ -75,7 +78,9 @@ class Credentials:
         return api
 
     def kopf_connection(self) -> kopf.ConnectionInfo:
-        """Kopf's login; with a rotating token it expires so that Kopf logs in again."""
+        """Kopf's login; with a rotating token it expires so that Kopf logs in again. Its
+        session takes the same proxy as the operator's other clients: the kubeconfig's, else
+        the environment's (Kopf reads the environment only when told to)."""
         expiration = None
         if self.token_file:
             expiration = datetime.datetime.now(datetime.UTC) + TOKEN_RELOAD
@@ -87,12 +92,19 @@ class Credentials:
             private_key_path=self.private_key_path,
             token=self.current_token(),
             expiration=expiration,
+            proxy_url=self.proxy,
+            trust_env=_environment_names_a_proxy(),
         )
 
 
 TOKEN_RELOAD = datetime.timedelta(minutes=5)  # how long Kopf keeps a rotating token
 
 _PROXY_VARIABLES = ("http_proxy", "https_proxy", "all_proxy", "ws_proxy", "wss_proxy")
+
+
+def _environment_names_a_proxy() -> bool:
+    """Whether a proxy variable (either case) is set, as aiohttp's `trust_env` would read."""
+    return any(os.environ.get(name) or os.environ.get(name.upper()) for name in _PROXY_VARIABLES)
 
 
 def _skip_environment_lookups(api: client.ApiClient) -> None:
@@ -104,7 +116,7 @@ def _skip_environment_lookups(api: client.ApiClient) -> None:
     find (the credentials never come from `.netrc`), so the lookups go; with one set they
     stay, and the proxy is honoured as before.
     """
-    if any(os.environ.get(name) or os.environ.get(name.upper()) for name in _PROXY_VARIABLES):
+    if _environment_names_a_proxy():
         return
     session = getattr(getattr(api, "rest_client", None), "pool_manager", None)
     if session is not None and hasattr(session, "_trust_env"):
@@ -148,4 +160,5 @@ async def load_credentials(settings: KubernetesSettings) -> Credentials:
         private_key_path=cfg.key_file,
         token=token,
         token_file=token_file,
+        proxy=cfg.proxy or None,
     )
