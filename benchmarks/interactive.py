@@ -6,19 +6,24 @@ task on the local cluster's real node (`busybox:1.37`, the local stand-in: BusyB
 a tty allocated by containerd and runc), because kwok's pods run exec'd commands on this
 machine without a tty of their own.
 
-- allocbridge: Nomad's exec WebSocket (`/v1/client/allocation/:id/exec?tty=true`, command
-  `["sh"]`) through aiohttp's client, in the frames of `allocbridge/model/execframes.py`: a
-  `tty_size` frame first (24x80, as the nomad CLI sends its terminal's), then `stdin` frames;
-  `stdout` frames are base64-decoded.
-- Peer: the built `kubectl exec -it POD -c main -- sh` through the same API server, its stdin
-  and stdout the slave of a pseudo-terminal (kubectl allocates a remote tty only when its stdin
-  is a terminal; its own stderr goes to a file, shown on failure), read from the master side in
-  the same event loop. The slave is put in raw mode before kubectl starts, so nothing is echoed
-  locally: every echo comes from the pod.
-- Beside them, without a goal: a Python client straight to the API server's `pods/exec`
-  (allocbridge's own `PodExecutor`, in this process, with kubectl's admin credentials): the
-  floor of an asyncio client on the same path, without the operator's hop. It tells the
-  operator's share of the keystroke from a Python client's.
+- allocbridge: the official Nomad Go SDK's `Allocations().Exec` with a terminal, what
+  `nomad alloc exec -t` runs (`benchmarks/goclients shell`: command `["sh"]`, the terminal's
+  size sent first), its stdin and stdout the slave of a pseudo-terminal read from the master
+  side in the bench's event loop, exactly as the peer's.
+- Peer: the built `kubectl exec -it POD -c main -- sh` through the same API server, on a
+  pseudo-terminal of its own the same way (kubectl allocates a remote tty only when its stdin
+  is a terminal; each client's own stderr goes to a file, shown on failure). The slave is put
+  in raw mode before the client starts, so nothing is echoed locally: every echo comes from
+  the pod. Both sides are thus a Go client process on a terminal, timed at the same points.
+- Beside them, without a goal:
+  - aiohttp's WebSocket client in the bench's own process on allocbridge's exec endpoint, in
+    the frames of `allocbridge/model/execframes.py` (a `tty_size` frame first, then `stdin`
+    frames; `stdout` frames base64-decoded): no client process and no terminal, which makes it
+    cheaper per keystroke than either CLI (until 2026-11-26 it was the goal row's client,
+    against kubectl's process and terminal).
+  - a Python client straight to the API server's `pods/exec` (allocbridge's own
+    `PodExecutor`, in this process, with kubectl's admin credentials): the same kind of
+    client as the row above without the operator's hop, so the two tell the hop's share.
 
 Figures (rows `keystroke echo` p50 and p99, `session setup`; goal at most 1.2x kubectl each):
 
@@ -26,10 +31,10 @@ Figures (rows `keystroke echo` p50 and p99, `session setup`; goal at most 1.2x k
   echo has come back: through the client, the API server, the kubelet, the container's tty and
   BusyBox's line editor, which echoes it, and back. Each one is erased (DEL, its echo awaited,
   untimed) so the line stays empty. The first `KEY_WARMUP` of each session are not counted.
-- Setup: from the request until the first output byte (the shell's prompt or banner).
-  allocbridge: from `ws_connect` on (upgrade, authorization, the operator's exec to the API
-  server); kubectl: from its process spawn on, as `exec_stream` counts it (process start,
-  kubeconfig, the pod read, the exec upgrade). One unrecorded session per side comes first.
+- Setup: from the client's process spawn until the first output byte (the shell's prompt or
+  banner): for allocbridge process start, the allocation's read, the upgrade, authorization and
+  the operator's exec to the API server; for kubectl process start, kubeconfig, the pod read
+  and the exec upgrade. One unrecorded session per side comes first.
 
 Sessions alternate sides, the order flipping each round; one session is open at a time.
 """
@@ -59,6 +64,7 @@ import aiohttp
 from allocbridge.cluster.connection import Credentials, load_credentials
 from allocbridge.cluster.podexec import ExecStream, Exited, Output, PodExecutor
 from allocbridge.config import KubernetesSettings
+from benchmarks import golang
 from benchmarks.harness import Bench, BenchError, Json, OperatorProcess, log
 from benchmarks.population import BUSYBOX, collection, one_task_allocation, wait_running
 from benchmarks.table import Row, median, percentile, within
@@ -245,26 +251,30 @@ class NomadSession:
         await self.ws.close()
 
 
-class KubectlSession:
-    """`kubectl exec -it` on a pseudo-terminal, its master read in this event loop."""
+class TerminalSession:
+    """A client process (`kubectl exec -it`, the Nomad SDK's shell) on a pseudo-terminal, its
+    master read in this event loop."""
 
-    def __init__(self, process: subprocess.Popen[bytes], master: int, stderr: Path) -> None:
+    def __init__(
+        self, process: subprocess.Popen[bytes], master: int, stderr: Path, client: str
+    ) -> None:
         self.process = process
         self.master = master
         self.stderr = stderr
+        self.client = client
         self.received = Received()
         self._ready = asyncio.Event()
         self._ended = False
         asyncio.get_running_loop().add_reader(master, self._on_readable)
 
     @classmethod
-    def open(cls, bench: Bench, namespace: str, pod: str) -> KubectlSession:
+    def spawn(cls, argv: Sequence[str], stderr: Path, client: str) -> TerminalSession:
+        """`argv` with a terminal of `ROWS`x`COLUMNS` in raw mode as its stdin and stdout, its
+        stderr into the file `stderr`; `client` names it in errors."""
         master, slave = os.openpty()
         fcntl.ioctl(slave, termios.TIOCSWINSZ, struct.pack("HHHH", ROWS, COLUMNS, 0, 0))
         tty.setraw(slave)  # no local echo: what comes back is the pod's
         os.set_blocking(master, False)
-        stderr = bench.folder / "kubectl-exec-it.stderr"
-        argv = bench.kubectl_argv("exec", "-it", "-n", namespace, pod, "-c", TASK, "--", *SHELL)
         try:
             with stderr.open("wb") as errors:
                 process = subprocess.Popen(
@@ -275,7 +285,7 @@ class KubectlSession:
             raise
         finally:
             os.close(slave)
-        return cls(process, master, stderr)
+        return cls(process, master, stderr, client)
 
     def _on_readable(self) -> None:
         try:
@@ -324,7 +334,7 @@ class KubectlSession:
 class DirectSession:
     """A shell through the API server's exec WebSocket, with no allocbridge in between: the
     operator's own client (`PodExecutor`) in this process. Output is read by a task into
-    `received`, as `KubectlSession` reads its pty."""
+    `received`, as `TerminalSession` reads its pty."""
 
     def __init__(self, opened: contextlib.AbstractAsyncContextManager[ExecStream]) -> None:
         self._opened = opened
@@ -397,10 +407,33 @@ async def direct_executor(bench: Bench) -> PodExecutor:
 # --- the measurement --------------------------------------------------------------------------
 
 
-#: The sides of a round: allocbridge, its peer, and the diagnostic one (no goal).
+#: The sides of a round: allocbridge through the Nomad SDK on a terminal, its peer, and the two
+#: diagnostic ones (no goal): allocbridge through aiohttp's client in this process, and the same
+#: kind of client straight to the API server.
 ALLOCBRIDGE: Final = "allocbridge"
 KUBECTL: Final = "kubectl"
+PYTHON: Final = "python"
 DIRECT: Final = "direct"
+
+
+def nomad_shell_argv(
+    binary: Path, bench: Bench, replica: OperatorProcess, target: Target
+) -> list[str]:
+    """`goclients shell` on the allocation: `nomad alloc exec -t ... sh` through the SDK."""
+    return [
+        str(binary),
+        "shell",
+        "-addr",
+        replica.api,
+        "-token",
+        bench.client_token,
+        "-alloc",
+        target.alloc_id,
+        "-task",
+        TASK,
+        "-command",
+        json.dumps(list(SHELL)),
+    ]
 
 
 @dataclass
@@ -430,22 +463,29 @@ async def one_session(
     keys: int,
     *,
     executor: PodExecutor,
+    binary: Path,
 ) -> tuple[float, list[float]]:
     """Setup seconds and the keystroke times (warm-up dropped) of one session of `side`."""
     session: Session
     began = time.perf_counter()
     if side == ALLOCBRIDGE:
-        session = await NomadSession.open(bench.http, replica, target.alloc_id)
+        argv = nomad_shell_argv(binary, bench, replica, target)
+        session = TerminalSession.spawn(argv, bench.folder / "nomad-exec-t.stderr", "goclients")
     elif side == KUBECTL:
-        session = KubectlSession.open(bench, target.namespace, target.pod)
+        argv = bench.kubectl_argv("exec", "-it", "-n", target.namespace, target.pod)
+        argv += ["-c", TASK, "--", *SHELL]
+        session = TerminalSession.spawn(argv, bench.folder / "kubectl-exec-it.stderr", "kubectl")
+    elif side == PYTHON:
+        session = await NomadSession.open(bench.http, replica, target.alloc_id)
     else:
         session = await DirectSession.open(executor, target)
     try:
         try:
             await wait_first_byte(session)
         except BenchError as exc:
-            if isinstance(session, KubectlSession):
-                raise BenchError(f"{exc}; kubectl said: {session.errors()!r}") from exc
+            if isinstance(session, TerminalSession):
+                said = session.errors()
+                raise BenchError(f"{exc}; {session.client} said: {said!r}") from exc
             raise
         setup = time.perf_counter() - began
         await drain(session)
@@ -487,30 +527,47 @@ async def measure(
     bench: Bench, replica: OperatorProcess, target: Target, keys: int, sessions: int
 ) -> list[Row]:
     per_session = keys_per_session(keys, sessions)
-    sides = {ALLOCBRIDGE: Side(), KUBECTL: Side(), DIRECT: Side()}
+    binary = await golang.build()
+    if binary is None:
+        raise BenchError("interactive exec times the Nomad Go SDK's shell: no Go on PATH")
+    sides = {ALLOCBRIDGE: Side(), KUBECTL: Side(), PYTHON: Side(), DIRECT: Side()}
     log(f"interactive exec: a warm-up session per side, then {sessions} per side")
     executor = await direct_executor(bench)
     try:
         for side in sides:
-            await one_session(bench, replica, target, side, 1, executor=executor)
+            await one_session(bench, replica, target, side, 1, executor=executor, binary=binary)
         for round_ in range(sessions):
             order = list(sides) if round_ % 2 == 0 else list(reversed(sides))
             for side in order:
                 setup, times = await one_session(
-                    bench, replica, target, side, per_session, executor=executor
+                    bench, replica, target, side, per_session, executor=executor, binary=binary
                 )
                 sides[side].setups.append(setup)
                 sides[side].keys += times
     finally:
         await executor.close()
-    return rows(sides[ALLOCBRIDGE], sides[KUBECTL], sessions, per_session, sides[DIRECT])
+    return rows(
+        sides[ALLOCBRIDGE],
+        sides[KUBECTL],
+        sessions,
+        per_session,
+        direct=sides[DIRECT],
+        python=sides[PYTHON],
+    )
 
 
 def rows(
-    ours: Side, peer: Side, sessions: int, per_session: int, direct: Side | None = None
+    ours: Side,
+    peer: Side,
+    sessions: int,
+    per_session: int,
+    *,
+    direct: Side | None = None,
+    python: Side | None = None,
 ) -> list[Row]:
-    """The section's rows from the sides' samples (in seconds); `direct`, when measured, gives
-    the diagnostic row of a Python client straight to the API server."""
+    """The section's rows from the sides' samples (in seconds). `python` and `direct`, when
+    measured, give the diagnostic rows (no goal) of the two clients in the bench's process:
+    aiohttp's on allocbridge's endpoint, `PodExecutor` straight to the API server."""
     kubectl = f"kubectl exec -it, same pod, same API server ({BUSYBOX} sh, tty)"
     count = f"{len(ours.keys)} keystrokes per side ({per_session} per session after {KEY_WARMUP}"
     count += f" warm-up, {sessions} sessions)"
@@ -523,22 +580,29 @@ def rows(
             kubectl,
             percentile(peer.keys, q) * 1000,
             goals=(within(GOAL),),
-            note=count + "; a frame in, the shell's echo out, through the pod's tty",
+            note=count + "; the Nomad Go SDK's exec (as nomad alloc exec -t) on a terminal, as "
+            "kubectl; a key in, the shell's echo out, through the pod's tty",
         )
         for q in (50, 99)
     ]
-    if direct is not None and direct.keys:
+    diagnostic = (
+        (python, "aiohttp's client in the bench's process", "allocbridge's endpoint"),
+        (direct, "a Python client straight to the API server", "PodExecutor, no operator hop"),
+    )
+    for side, who, what in diagnostic:
+        if side is None or not side.keys:
+            continue
         result.append(
             Row(
                 SECTION,
-                "keystroke echo round trip, p50: a Python client straight to the API server",
-                percentile(direct.keys, 50) * 1000,
+                f"keystroke echo round trip, p50: {who}",
+                percentile(side.keys, 50) * 1000,
                 "ms",
                 kubectl,
                 percentile(peer.keys, 50) * 1000,
                 note=(
-                    f"no goal; allocbridge's PodExecutor in the bench's process, no operator hop "
-                    f"(p99 {percentile(direct.keys, 99) * 1000:.2f} ms); {len(direct.keys)} "
+                    f"no goal; {what}, no client process or terminal "
+                    f"(p99 {percentile(side.keys, 99) * 1000:.2f} ms); {len(side.keys)} "
                     "keystrokes in the same rounds"
                 ),
             )
@@ -554,8 +618,8 @@ def rows(
             goals=(within(GOAL),),
             note=(
                 f"{sessions} sessions per side, ranges {_range(ours.setups)} vs "
-                f"{_range(peer.setups)}; allocbridge from ws_connect, kubectl from its "
-                "process spawn (its start included)"
+                f"{_range(peer.setups)}; each from its client's process spawn (its start "
+                "included)"
             ),
         )
     )

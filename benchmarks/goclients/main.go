@@ -3,8 +3,10 @@
 //	goclients walk -addr URL -token T -per-page 100 -walks 5
 //	goclients exec -addr URL -token T -alloc ID -task main -bytes N -runs 3
 //	goclients load -url URL [-token T | -ca F -cert F -key F] -clients 4 -seconds 5
+//	goclients shell -addr URL -token T -alloc ID -task main -command '["sh"]'
 //
-// Each prints one JSON object on stdout (see walk.go, exec.go and load.go for its shape).
+// Each prints one JSON object on stdout (see walk.go, exec.go and load.go for its shape), but
+// shell, whose stdin and stdout are a terminal's (shell.go).
 package main
 
 import (
@@ -17,7 +19,7 @@ import (
 
 func main() {
 	if len(os.Args) < 2 {
-		fail(fmt.Errorf("usage: goclients walk|exec|load [flags]"))
+		fail(fmt.Errorf("usage: goclients walk|exec|load|shell [flags]"))
 	}
 	var out any
 	var err error
@@ -28,8 +30,10 @@ func main() {
 		out, err = runExec(os.Args[2:])
 	case "load":
 		out, err = runLoad(os.Args[2:])
+	case "shell":
+		err = runShell(os.Args[2:])
 	default:
-		err = fmt.Errorf("unknown command %q: want walk, exec or load", os.Args[1])
+		err = fmt.Errorf("unknown command %q: want walk, exec, load or shell", os.Args[1])
 	}
 	if err != nil {
 		fail(err)

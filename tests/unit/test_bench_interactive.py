@@ -5,20 +5,26 @@ from __future__ import annotations
 
 import base64
 import json
+import sys
+from pathlib import Path
 
 import pytest
 from benchmarks.harness import BenchError
 from benchmarks.interactive import (
+    COLUMNS,
     GOAL,
+    ROWS,
     SECTION,
     Received,
     Side,
+    TerminalSession,
     counted,
     keys_per_session,
     parse_server_frame,
     rows,
     stdin_frame,
     tty_size_frame,
+    wait_for,
 )
 
 
@@ -107,6 +113,8 @@ def test_rows_judge_the_ratio_to_kubectl() -> None:
     assert setup.peer_value == pytest.approx(450.0)
     assert setup.result == "met"
     assert "100 keystrokes per side" in p50.note
+    assert "on a terminal, as kubectl" in p50.note
+    assert "each from its client's process spawn" in setup.note
 
 
 def test_a_ratio_above_the_goal_is_missed() -> None:
@@ -134,3 +142,61 @@ def test_the_direct_client_row_has_no_goal_and_sits_before_setup() -> None:
     assert "no operator hop" in row.note
     assert "p99 2.80 ms" in row.note  # the 99th of 10 samples, interpolated
     assert len(rows(ours, peer, sessions=1, per_session=10)) == 3  # not measured: no row
+
+
+def test_the_python_client_row_has_no_goal_and_comes_before_the_direct_one() -> None:
+    ours = Side(setups=[0.05], keys=[0.0012] * 10)
+    peer = Side(setups=[0.09], keys=[0.0010] * 10)
+    python = Side(setups=[0.03], keys=[0.0011] * 9 + [0.0040])
+    direct = Side(setups=[0.04], keys=[0.0009] * 10)
+    found = rows(ours, peer, sessions=1, per_session=10, direct=direct, python=python)
+    names = [row.name for row in found]
+    ours_python = "keystroke echo round trip, p50: aiohttp's client in the bench's process"
+    ours_direct = "keystroke echo round trip, p50: a Python client straight to the API server"
+    assert names.index(ours_python) == names.index(ours_direct) - 1
+    row = found[names.index(ours_python)]
+    assert row.value == pytest.approx(1.1)
+    assert row.peer_value == pytest.approx(1.0)
+    assert row.goals == ()
+    assert "allocbridge's endpoint" in row.note
+    assert "p99 3.74 ms" in row.note  # the 99th of 10 samples, interpolated
+    assert len(found) == 5
+
+
+def _session(argv: list[str], tmp_path: Path) -> TerminalSession:
+    return TerminalSession.spawn(argv, tmp_path / "stderr", "test client")
+
+
+async def test_a_terminal_session_echoes_only_what_its_client_writes(tmp_path: Path) -> None:
+    """The slave is raw: a key written to the master reaches the client unchanged and comes
+    back only through the client's own output (the terminal itself echoes nothing)."""
+    cat = _session(["cat"], tmp_path)
+    try:
+        await cat.send(b"x")
+        await wait_for(cat, b"x", "echo")
+        await cat.send(b"\x7f")  # raw: no line editing, the byte goes through as it is
+        await wait_for(cat, b"\x7f", "echo")
+        assert cat.received.total == 2  # one of each: no local echo doubled them
+    finally:
+        cat.process.terminate()
+        await cat.close()
+
+
+async def test_a_terminal_session_has_the_size_the_clients_send(tmp_path: Path) -> None:
+    code = "import os; print(*os.get_terminal_size(0), sep='x')"
+    client = _session([sys.executable, "-c", code], tmp_path)
+    try:
+        await wait_for(client, f"{COLUMNS}x{ROWS}".encode(), "terminal size")
+    finally:
+        await client.close()
+
+
+async def test_a_failed_client_says_what_it_wrote_to_stderr(tmp_path: Path) -> None:
+    client = _session(
+        [sys.executable, "-c", "import sys; sys.exit('no such allocation')"], tmp_path
+    )
+    try:
+        assert not await client.more(5.0)  # the client ended without output
+        assert client.errors() == "no such allocation"
+    finally:
+        await client.close()
