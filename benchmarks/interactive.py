@@ -36,7 +36,12 @@ Figures (rows `keystroke echo` p50 and p99, `session setup`; goal at most 1.2x k
   the operator's exec to the API server; for kubectl process start, kubeconfig, the pod read
   and the exec upgrade. One unrecorded session per side comes first.
 
-Sessions alternate sides, the order flipping each round; one session is open at a time.
+Each round opens one session per side, one at a time (their setups timed apart), the order
+flipping each round; then the sides' keystrokes take turns, one side's after the other's, the
+order flipping each turn, with one keystroke in flight at a time. A burst of load on a shared
+machine thus falls on every side alike: with whole sessions in turn (before 2026-11-26), a
+burst of a tenth of a second struck the one session open, and a few such keystrokes decide a
+p99 of 200.
 """
 
 from __future__ import annotations
@@ -442,30 +447,33 @@ class Side:
     keys: list[float] = field(default_factory=list)
 
 
-async def keystrokes(session: Session, count: int) -> list[float]:
-    """Seconds from each keystroke to its echo, `count` of them; each is erased untimed."""
-    times: list[float] = []
-    for _ in range(count):
-        began = time.perf_counter()
-        await session.send(KEY)
-        await wait_for(session, KEY, "echo")
-        times.append(time.perf_counter() - began)
-        await session.send(ERASE)
-        await wait_for(session, ERASE_ECHO, "erase echo")
-    return times
+async def keystroke(session: Session) -> float:
+    """Seconds from one keystroke to its echo; the key is then erased, untimed."""
+    began = time.perf_counter()
+    await session.send(KEY)
+    await wait_for(session, KEY, "echo")
+    seconds = time.perf_counter() - began
+    await session.send(ERASE)
+    await wait_for(session, ERASE_ECHO, "erase echo")
+    return seconds
 
 
-async def one_session(
+def turn_order(sides: Sequence[str], turn: int) -> list[str]:
+    """The sides in order for an even `turn`, reversed for an odd one: no side always goes
+    first or last."""
+    return list(sides) if turn % 2 == 0 else list(reversed(sides))
+
+
+async def open_session(
     bench: Bench,
     replica: OperatorProcess,
     target: Target,
     side: str,
-    keys: int,
     *,
     executor: PodExecutor,
     binary: Path,
-) -> tuple[float, list[float]]:
-    """Setup seconds and the keystroke times (warm-up dropped) of one session of `side`."""
+) -> tuple[Session, float]:
+    """A session of `side` with its banner and prompt read, and its setup seconds."""
     session: Session
     began = time.perf_counter()
     if side == ALLOCBRIDGE:
@@ -489,10 +497,39 @@ async def one_session(
             raise
         setup = time.perf_counter() - began
         await drain(session)
-        times = await keystrokes(session, keys + KEY_WARMUP)
-    finally:
+    except BaseException:
         await session.close()
-    return setup, counted(times, KEY_WARMUP)
+        raise
+    return session, setup
+
+
+async def one_round(
+    bench: Bench,
+    replica: OperatorProcess,
+    target: Target,
+    order: Sequence[str],
+    keys: int,
+    *,
+    executor: PodExecutor,
+    binary: Path,
+) -> dict[str, tuple[float, list[float]]]:
+    """One session per side, opened one at a time in `order`, then `keys` keystrokes each
+    (after `KEY_WARMUP`) taking turns across the sessions; per side its setup seconds and its
+    keystroke times, the warm-up dropped."""
+    async with contextlib.AsyncExitStack() as open_sessions:
+        sessions: dict[str, Session] = {}
+        setups: dict[str, float] = {}
+        for side in order:
+            session, setups[side] = await open_session(
+                bench, replica, target, side, executor=executor, binary=binary
+            )
+            open_sessions.push_async_callback(session.close)
+            sessions[side] = session
+        times: dict[str, list[float]] = {side: [] for side in order}
+        for turn in range(keys + KEY_WARMUP):
+            for side in turn_order(order, turn):
+                times[side].append(await keystroke(sessions[side]))
+    return {side: (setups[side], counted(times[side], KEY_WARMUP)) for side in order}
 
 
 @dataclass(frozen=True)
@@ -531,17 +568,21 @@ async def measure(
     if binary is None:
         raise BenchError("interactive exec times the Nomad Go SDK's shell: no Go on PATH")
     sides = {ALLOCBRIDGE: Side(), KUBECTL: Side(), PYTHON: Side(), DIRECT: Side()}
-    log(f"interactive exec: a warm-up session per side, then {sessions} per side")
+    log(f"interactive exec: a warm-up round, then {sessions} rounds of a session per side")
     executor = await direct_executor(bench)
     try:
-        for side in sides:
-            await one_session(bench, replica, target, side, 1, executor=executor, binary=binary)
+        await one_round(bench, replica, target, list(sides), 1, executor=executor, binary=binary)
         for round_ in range(sessions):
-            order = list(sides) if round_ % 2 == 0 else list(reversed(sides))
-            for side in order:
-                setup, times = await one_session(
-                    bench, replica, target, side, per_session, executor=executor, binary=binary
-                )
+            found = await one_round(
+                bench,
+                replica,
+                target,
+                turn_order(list(sides), round_),
+                per_session,
+                executor=executor,
+                binary=binary,
+            )
+            for side, (setup, times) in found.items():
                 sides[side].setups.append(setup)
                 sides[side].keys += times
     finally:

@@ -24,6 +24,7 @@ from benchmarks.interactive import (
     rows,
     stdin_frame,
     tty_size_frame,
+    turn_order,
     wait_for,
 )
 
@@ -200,3 +201,12 @@ async def test_a_failed_client_says_what_it_wrote_to_stderr(tmp_path: Path) -> N
         assert client.errors() == "no such allocation"
     finally:
         await client.close()
+
+
+def test_sides_take_turns_in_flipping_order() -> None:
+    sides = ["allocbridge", "kubectl", "python", "direct"]
+    assert turn_order(sides, 0) == sides
+    assert turn_order(sides, 1) == sides[::-1]
+    assert turn_order(sides, 2) == sides
+    assert turn_order(sides, 3) == sides[::-1]
+    assert sides == ["allocbridge", "kubectl", "python", "direct"]  # not reversed in place
