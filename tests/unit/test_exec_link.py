@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import socket
 import ssl
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
@@ -21,6 +22,7 @@ from aiohttp import WSMsgType, web
 
 from allocbridge.cluster.connection import Credentials
 from allocbridge.cluster.errors import NotFoundError
+from allocbridge.cluster.execlink import SocketLink
 from allocbridge.cluster.podexec import (
     PROTOCOL_V5,
     Channel,
@@ -161,3 +163,97 @@ async def test_refused_upgrades_carry_the_api_servers_message(server: Server) ->
                 pass
     finally:
         await pods.close()
+
+
+class _Collected:
+    """A link's consumer that keeps what it is handed."""
+
+    def __init__(self) -> None:
+        self.data = bytearray()
+        self.arrived = asyncio.Event()
+        self.ended = False
+
+    def feed_data(self, data: bytes) -> tuple[bool, bytes]:
+        self.data += data
+        self.arrived.set()
+        return False, b""
+
+    def feed_eof(self) -> None:
+        self.ended = True
+        self.arrived.set()
+
+
+async def _until(collected: _Collected, size: int) -> None:
+    while len(collected.data) < size:
+        collected.arrived.clear()
+        await asyncio.wait_for(collected.arrived.wait(), 5)
+
+
+async def test_every_record_comes_out_however_its_bytes_arrive(tmp_path: Path) -> None:
+    """The link hands on each record as soon as it is whole, whatever the segments: records
+    one at a time (keystrokes), many in one segment (bulk output), a record split across two
+    segments (nothing of it before its end, all of it then) and records of 16 KiB. The server
+    is an `ssl.SSLObject` over memory, so the test decides every byte of every segment."""
+    pki = Pki(tmp_path / "pki").ensure()
+    server_tls = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+    server_tls.load_cert_chain(pki.serving_cert, pki.serving_key)
+    client_tls = ssl.create_default_context(cafile=str(pki.ca_cert))
+    ours, theirs = socket.socketpair()
+    ours.setblocking(False)
+    theirs.setblocking(False)
+    loop = asyncio.get_running_loop()
+    into, out = ssl.MemoryBIO(), ssl.MemoryBIO()
+    server = server_tls.wrap_bio(into, out, server_side=True)
+
+    async def serve_handshake() -> None:
+        while True:
+            try:
+                server.do_handshake()
+            except ssl.SSLWantReadError:
+                if out.pending:
+                    await loop.sock_sendall(theirs, out.read())
+                into.write(await loop.sock_recv(theirs, 65536))
+                continue
+            await loop.sock_sendall(theirs, out.read())  # its last flight and the tickets
+            return
+
+    def records(*payloads: bytes) -> list[bytes]:
+        sealed = []
+        for payload in payloads:
+            server.write(payload)
+            sealed.append(out.read())
+        return sealed
+
+    link = SocketLink.wrap(ours, client_tls, "localhost")
+    try:
+        await asyncio.gather(link.handshake(), serve_handshake())
+        collected = _Collected()
+        link.start(collected)
+        expected = bytearray()
+        for key in (b"x", b"\x08\x1b[J", b"y"):  # one record per segment
+            [record] = records(key)
+            await loop.sock_sendall(theirs, record)
+            expected += key
+            await _until(collected, len(expected))
+        burst = [bytes([i]) * (i + 1) for i in range(40)]  # many records in one segment
+        await loop.sock_sendall(theirs, b"".join(records(*burst)))
+        expected += b"".join(burst)
+        await _until(collected, len(expected))
+        [split] = records(b"a record in two segments")
+        await loop.sock_sendall(theirs, split[:9])
+        await asyncio.sleep(0.05)  # time to hand on anything it (wrongly) would
+        assert collected.data == expected
+        await loop.sock_sendall(theirs, split[9:])
+        expected += b"a record in two segments"
+        await _until(collected, len(expected))
+        bulk = bytes(range(256)) * 1024  # 256 KiB: sixteen records of 16 KiB
+        sealed = b"".join(records(bulk))
+        for at in range(0, len(sealed), 7001):  # segments that cut records anywhere
+            await loop.sock_sendall(theirs, sealed[at : at + 7001])
+        expected += bulk
+        await _until(collected, len(expected))
+        assert collected.data == expected
+        assert not collected.ended
+    finally:
+        link.close()
+        theirs.close()

@@ -160,13 +160,20 @@ class SocketLink:
             return b"", True
 
     def _decrypted(self) -> bytes:
+        """What the records read so far hold. OpenSSL is asked only while it holds decrypted
+        bytes or encrypted ones are left, and for no more than that: a read past the last
+        record raises SSLWantReadError, which cost more than a keystroke's decryption, and a
+        read asked for `READ_SIZE` has Python allocate that much for every record (bulk
+        output's records of 16 KiB)."""
         assert self._tls is not None
+        tls = self._tls
+        incoming = self._incoming
         chunks = []
-        while True:
+        while waiting := incoming.pending + tls.pending():
             try:
-                chunk = self._tls.read(READ_SIZE)
+                chunk = tls.read(min(waiting, READ_SIZE))
             except ssl.SSLWantReadError:
-                break
+                break  # the start of a record only: its rest comes with a later read
             if not chunk:
                 break
             chunks.append(chunk)
