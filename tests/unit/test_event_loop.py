@@ -249,3 +249,35 @@ def test_a_replica_runs_on_the_loop(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(app, "tune_garbage_collection", lambda: None)  # process-wide
     assert app.run(local_settings("loop", 1, 2, KubernetesSettings())) == 0
     assert len(loops) == 1 and isinstance(loops[0], eventloop.Loop)
+
+
+def test_a_failed_handshake_raises_and_closes(certificates: Certificates) -> None:
+    """A server the client does not trust: `create_connection` raises the verification error
+    (what aiohttp reports as a certificate error), as asyncio's own loop does."""
+
+    def accept(listener: socket.socket) -> None:
+        connection, _ = listener.accept()
+        with (
+            contextlib.suppress(OSError),
+            certificates.server.wrap_socket(connection, server_side=True),
+        ):
+            pass
+
+    async def main() -> bytes:
+        loop = asyncio.get_running_loop()
+        listener = socket.create_server(("127.0.0.1", 0))
+        server = threading.Thread(target=accept, args=(listener,))
+        server.start()
+        try:
+            untrusting = ssl.create_default_context()  # the system's CAs, not the test's
+            with pytest.raises(ssl.SSLCertVerificationError):
+                await loop.create_connection(
+                    asyncio.Protocol, "127.0.0.1", listener.getsockname()[1], ssl=untrusting
+                )
+            await asyncio.to_thread(server.join, WAIT)
+            assert not server.is_alive()  # the client closed its end: the server's handshake ended
+            return b""
+        finally:
+            listener.close()
+
+    _run(eventloop.new_event_loop, main())
