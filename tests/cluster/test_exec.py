@@ -34,6 +34,7 @@ from running_operator import (
     service_account_kubeconfig,
 )
 
+from allocbridge import eventloop
 from allocbridge.cluster.connection import load_credentials
 from allocbridge.cluster.podexec import (
     PROTOCOL_V4,
@@ -781,6 +782,54 @@ async def test_pod_exec_through_the_environments_proxy(
     out = b"".join(e.data for e in events if isinstance(e, Output) and e.channel == 1)
     err = b"".join(e.data for e in events if isinstance(e, Output) and e.channel == 2)
     assert (out, err, events[-1]) == (b"proxy\n", b"e\n", Exited(6))
+
+
+async def test_ten_mebibytes_through_a_proxy_on_the_operators_loop(
+    alloc: Alloc, kubeconfig: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Through a proxy the stream rides aiohttp's connection, whose TLS is the loop's. On the
+    operator's loop (uvloop, `allocbridge.eventloop`), even inside `uvloop_tls()` as on the Kopf
+    thread, it is opened with asyncio's TLS layer: read slowly, so that reading pauses again
+    and again while the API server sends the end and hangs up, 10 MiB arrive whole with their
+    exit status (uvloop's own TLS once lost the last 180 KB and the exit status here)."""
+    for name in ("NO_PROXY", "no_proxy", "HTTP_PROXY", "http_proxy", "ALL_PROXY", "all_proxy"):
+        monkeypatch.delenv(name, raising=False)
+    credentials = await load_credentials(KubernetesSettings(kubeconfig=str(kubeconfig)))
+    expected = "".join(f"{i}\n" for i in range(1, 1_500_001)).encode()[:TEN_MIB]
+    command = ["sh", "-c", f"seq 1 1500000 | head -c {TEN_MIB}"]
+
+    async def session() -> tuple[bytes, object]:
+        executor = PodExecutor(lambda: credentials)
+        try:
+            async with executor.open(alloc.namespace, alloc.name, "main", command, tty=False) as s:
+                await s.close_stdin()
+                out = bytearray()
+                last: object = None
+                async for event in s.events():
+                    if isinstance(event, Output) and event.channel == 1:
+                        before = len(out)
+                        out += event.data
+                        # A slow reader, slower still near the end: the stream pauses reading
+                        # while the API server sends the rest and hangs up.
+                        late = before < TEN_MIB - 2 * 1024 * 1024 <= len(out)
+                        await asyncio.sleep(1.0 if late else 0.005)
+                    last = event
+                return bytes(out), last
+        finally:
+            await executor.close()
+
+    def on_the_operators_loop() -> tuple[bytes, object]:
+        with eventloop.uvloop_tls(), asyncio.Runner(loop_factory=eventloop.new_event_loop) as r:
+            return r.run(session())
+
+    tunnel = ConnectProxy()
+    async with tunnel as proxy_url:
+        monkeypatch.setenv("HTTPS_PROXY", proxy_url)
+        out, last = await asyncio.to_thread(on_the_operators_loop)
+        assert tunnel.targets  # the stream went through the proxy
+    assert len(out) == TEN_MIB
+    assert hashlib.sha256(out).digest() == hashlib.sha256(expected).digest()
+    assert last == Exited(0)
 
 
 def _with_proxy_url(kubeconfig: Path, proxy_url: str, copy: Path) -> Path:
