@@ -319,44 +319,6 @@ async def test_whole_lists_have_the_length_of_their_bytes_after_changes(
         await client.close()
 
 
-async def test_a_whole_list_served_again_shows_every_change_since(
-    store: AllocationStore,
-) -> None:
-    """The store keeps a whole list laid out between requests (`AllocationStore.whole_array`):
-    a list after an upsert, a move or a removal still shows the store as it is, and a page
-    large enough for everything is that whole list, without a token."""
-    client = await serve(store)
-
-    async def ids(query: str) -> tuple[list[str], str]:
-        response = await client.get(f"/v1/allocations?{query}&task_states=false")
-        body = await response.read()
-        assert response.headers["Content-Length"] == str(len(body))
-        return [stub["ID"] for stub in json.loads(body)], response.headers.get(
-            "X-Nomad-NextToken", ""
-        )
-
-    try:
-        everything = [
-            ident for ident, _ in sorted(SAMPLE, key=lambda s: (s[1]["create_index"], s[0]))
-        ]
-        assert await ids("namespace=*") == (everything, "")
-        newest = alloc_id(50)
-        store.upsert(stored(newest, create_index=500, namespace="team-a"))
-        assert await ids("namespace=*") == ([*everything, newest], "")
-        assert (await ids("namespace=team-a"))[0][-1] == newest
-        ident, options = SAMPLE[0]
-        store.upsert(stored(ident, **{**options, "modify_index": 600, "namespace": "team-a"}))
-        assert ident not in (await ids("namespace=default"))[0]
-        store.remove(newest, 700)
-        assert await ids("namespace=*") == (everything, "")
-        count = len(SAMPLE)
-        assert await ids(f"namespace=*&per_page={count}") == (everything, "")
-        page, token = await ids(f"namespace=*&per_page={count - 1}")
-        assert page == everything[:-1] and token.endswith(everything[-1])
-    finally:
-        await client.close()
-
-
 async def test_list_pages_with_prefix_use_id_tokens(client: TestClient[Any, Any]) -> None:
     response = await client.get("/v1/allocations?prefix=aa&namespace=*&per_page=1")
     ids = sorted(i for i, _ in SAMPLE if i.startswith("aa"))

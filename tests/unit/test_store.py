@@ -442,36 +442,3 @@ def test_sorted_index_long_scans_are_lazy_snapshots_in_both_directions() -> None
     ]
     assert next(index.scan(reverse=True)) == 2000
     assert len(index) == 1000
-
-
-def _assert_whole_arrays_are_the_stubs(store: AllocationStore) -> None:
-    for namespace in (None, "default", "team-a", "elsewhere"):
-        for task_states in (True, False):
-            whole = store.whole_array(namespace, task_states=task_states)
-            fresh = stub_array(store.chronological(namespace), task_states=task_states)
-            assert whole.join() == fresh.join()
-            assert whole.size() == len(fresh.join())
-
-
-def test_whole_arrays_are_kept_until_any_change() -> None:
-    """What a whole list sends: the same array while nothing changes (kept, not laid out per
-    request), and the current stubs after every kind of change."""
-    store = sample_store()
-    _assert_whole_arrays_are_the_stubs(store)
-    kept = store.whole_array(None, task_states=False)
-    assert store.whole_array(None, task_states=False) is kept
-    store.advance(store.index + 5)  # an index moved by a pod: no stub changed
-    assert store.whole_array(None, task_states=False) is kept
-    ident, options = SAMPLE[0]
-    store.upsert(stored(ident, **{**options, "modify_index": 130, "client_status": "failed"}))
-    assert store.whole_array(None, task_states=False) is not kept
-    _assert_whole_arrays_are_the_stubs(store)  # replaced in place
-    store.upsert(stored(ident, **{**options, "modify_index": 131, "namespace": "elsewhere"}))
-    _assert_whole_arrays_are_the_stubs(store)  # moved to another namespace
-    store.upsert(stored(alloc_id(41), create_index=1, namespace="team-a"))
-    _assert_whole_arrays_are_the_stubs(store)  # a new one, first in the order
-    store.remove(ident, 150)
-    _assert_whole_arrays_are_the_stubs(store)  # "elsewhere" is empty again
-    assert store.whole_array("elsewhere").join() == b"[]"
-    store.replace_all([stored(alloc_id(n), create_index=200 + n) for n in range(5)], 210)
-    _assert_whole_arrays_are_the_stubs(store)

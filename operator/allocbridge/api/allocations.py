@@ -7,10 +7,6 @@ where it has it (possibly none: `[]`, not 403). As in Nomad, that set is taken w
 runs: from the synced store, and again for namespaces that appear while a blocking query waits,
 so an answer never leaves out an allocation its index covers.
 
-A whole list (no prefix, filter, token, reverse order, ACL subset or resources; a page at least
-as large as the list) is the store's `whole_array`, kept laid out between requests until an
-allocation changes.
-
 Deviation: the namespace ACL is applied before the filter (Nomad filters first), so a filter
 never runs on, nor fails because of, an allocation the caller may not read.
 """
@@ -32,7 +28,6 @@ from allocbridge.api.routing import Endpoint
 from allocbridge.auth import ALL_NAMESPACES, READ_JOB, Authorizer, Caller
 from allocbridge.model.filter import FilterEvaluationError, FilterSyntaxError, compile_filter
 from allocbridge.store import AllocationStore, Page, StoredAllocation, list_page, stub_array
-from allocbridge.store.encoding import Fragments
 
 Predicate = Callable[[StoredAllocation], bool]
 T = TypeVar("T")
@@ -52,19 +47,8 @@ async def list_allocations(request: web.Request) -> Answer:
     readable = ReadableNamespaces(ctx.authorizer, who, store) if every_namespace else None
     namespace = None if every_namespace else query.namespace
 
-    def run() -> tuple[int, Fragments | Page[StoredAllocation]]:
+    def run() -> tuple[int, tuple[Page[StoredAllocation], int | None]]:
         accept = _predicate(matches, None if readable is None else readable.allowed)
-        if (
-            accept is None
-            and prefix is None
-            and not query.next_token
-            and not query.reverse
-            and not fields.resources
-            and (query.per_page == 0 or query.per_page >= store.count(namespace))
-        ):
-            # A whole list (every allocation of the namespace, or of all), oldest first: the
-            # store keeps it laid out until something changes.
-            return store.index, store.whole_array(namespace, task_states=fields.task_states)
         page = list_page(
             store,
             namespace=namespace,
@@ -74,13 +58,23 @@ async def list_allocations(request: web.Request) -> Answer:
             next_token=query.next_token,
             accept=accept,
         )
-        return store.index, page
+        # A whole list (every allocation of the namespace, or of all): the store knows the
+        # stubs' summed length; taken here, in the same step as the page.
+        whole = (
+            accept is None
+            and prefix is None
+            and not query.next_token
+            and not fields.resources
+            and len(page.items) == store.count(namespace)
+        )
+        size = store.stubs_size(namespace, task_states=fields.task_states) if whole else None
+        return store.index, (page, size)
 
-    index, found = await filtered_blocking_query(store, query, run, readable)
-    if isinstance(found, Fragments):
-        return Answer(array=found, index=index)
-    stubs = stub_array(found.items, task_states=fields.task_states, resources=fields.resources)
-    return Answer(array=stubs, index=index, next_token=found.next_token)
+    index, (page, size) = await filtered_blocking_query(store, query, run, readable)
+    stubs = stub_array(
+        page.items, task_states=fields.task_states, resources=fields.resources, stubs_size=size
+    )
+    return Answer(array=stubs, index=index, next_token=page.next_token)
 
 
 async def filtered_blocking_query(

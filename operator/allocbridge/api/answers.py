@@ -155,8 +155,7 @@ async def _send_array(
     written = len(piece)
     await response.write(piece)
     for start in range(per_piece, len(parts), per_piece):
-        chunk = parts[start : start + per_piece]
-        piece = separator.join([b"", *chunk] if separator else chunk)
+        piece = separator.join([b"", *parts[start : start + per_piece]])
         written += len(piece)
         await response.write(piece)
     if written != size:

@@ -35,7 +35,6 @@ _TASK_STATES_KEY: Final = b',"TaskStates":'
 #: The stub's tail when TaskStates are null or left out (`task_states=false`).
 _NULL_TAIL: Final = b',"TaskStates":null}'
 _NULL_TAIL_COMMA: Final = _NULL_TAIL + b","
-_NULL_TAIL_END: Final = _NULL_TAIL + b"]"
 
 
 @dataclass(frozen=True, eq=False, slots=True)
@@ -187,11 +186,9 @@ def stub_array(
     """The JSON array of the allocations' stubs, as fragments of their kept heads and tails.
 
     Laid out without rendering or joining anything per allocation, and fetched in C: a list of
-    50,000 otherwise spends its time in method calls and copies. The fragments are the kept
-    heads and tails themselves, with the brackets and separators as fragments of their own
-    (joined with nothing): without TaskStates the heads with the constant tail between them
-    (`[` `h1` `,"TaskStates":null},` `h2` ... `hn` `,"TaskStates":null}]`); with them, heads
-    and tails alternating with commas between stubs.
+    50,000 otherwise spends its time in method calls and copies. Without TaskStates the heads
+    are joined by the constant tail (`[h1` `,"TaskStates":null},` `h2` ... `hn,"TaskStates":
+    null}]`); with them, heads and tails alternate with commas between stubs.
 
     `stubs_size`, when the caller knows it (`AllocationStore.stubs_size` of a whole list), is
     the sum of the stubs' lengths: measuring them is a pass over every head and tail before the
@@ -209,11 +206,9 @@ def stub_array(
         length = separators + (
             sum(map(len, heads)) + count * len(_NULL_TAIL) if stubs_size is None else stubs_size
         )
-        fragments = [_NULL_TAIL_COMMA] * (2 * count + 1)
-        fragments[0] = b"["
-        fragments[1::2] = heads
-        fragments[-1] = _NULL_TAIL_END
-        return encoding.Fragments(fragments, length=length)
+        heads[0] = b"[" + heads[0]
+        heads[-1] += _NULL_TAIL + b"]"
+        return encoding.Fragments(heads, _NULL_TAIL_COMMA, length)
     tails = list(map(_TAIL, items))
     if stubs_size is None:
         stubs_size = sum(map(len, heads)) + sum(map(len, tails))

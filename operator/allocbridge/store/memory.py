@@ -1,9 +1,8 @@
 """The in-memory allocation store every replica keeps, fed by a Kubernetes watch.
 
 It holds the allocations, the current index (the etcd revision, design.md section 2), the three
-orders the list endpoint walks, the allocations of each job (the read-only jobs view), the
-blocking-query waiters, and whole lists laid out until the next change (`whole_array`). It
-never talks to Kubernetes:
+orders the list endpoint walks, the allocations of each job (the read-only jobs view), and the
+blocking-query waiters. It never talks to Kubernetes:
 the feeder calls `replace_all` with the first full list (which marks the store synced), then
 `upsert`/`remove` per change it shows, and `advance` for a pod change that alters what an
 allocation shows (its index is the pod's revision, not the allocation's).
@@ -19,8 +18,7 @@ import asyncio
 import contextlib
 from collections.abc import Iterable, Iterator
 
-from allocbridge.store.allocation import StoredAllocation, stub_array
-from allocbridge.store.encoding import Fragments
+from allocbridge.store.allocation import StoredAllocation
 from allocbridge.store.ordering import SortedIndex
 from allocbridge.store.waiters import IndexWatch
 
@@ -48,9 +46,6 @@ class AllocationStore:
         self._by_job: dict[tuple[str, str], dict[str, StoredAllocation]] = {}
         # Per namespace: the sum of its stubs' `stub_sizes` (with and without TaskStates).
         self._stub_sizes: dict[str, list[int]] = {}
-        # Whole lists laid out (`whole_array`), by (namespace or None, task_states), until the
-        # next change of any allocation.
-        self._whole: dict[tuple[str | None, bool], Fragments] = {}
         self._watch = IndexWatch()
         self._synced = asyncio.Event()
 
@@ -119,28 +114,6 @@ class AllocationStore:
         found = self._stub_sizes.get(namespace)
         return 0 if found is None else found[column]
 
-    def whole_array(self, namespace: str | None = None, *, task_states: bool = True) -> Fragments:
-        """The stub array (`stub_array`, without resources) of every allocation of one namespace
-        or (None) all, oldest first: what a whole list sends.
-
-        Kept until the next change of any allocation (a list of references, 8 bytes per
-        fragment: about 0.8 MB for 50,000 stubs without TaskStates, 1.2 MB with them), so
-        lists of an unchanged store do not walk the order and fetch every stub again: at 50,000
-        the allocations no longer stay in the CPU's caches between lists, and that walk cost
-        about 105 ns per allocation there against 55 at 10,000 (a microbenchmark). The first
-        list after a change walks as before.
-        """
-        key = (namespace, task_states)
-        found = self._whole.get(key)
-        if found is None:
-            found = stub_array(
-                self.chronological(namespace),
-                task_states=task_states,
-                stubs_size=self.stubs_size(namespace, task_states=task_states),
-            )
-            self._whole[key] = found
-        return found
-
     def placed_by(self, evaluation_id: str) -> list[StoredAllocation]:
         """Allocations whose `EvalID` is `evaluation_id`, oldest first.
 
@@ -190,7 +163,6 @@ class AllocationStore:
         """Forget an allocation deleted at revision `index`; returns what was removed."""
         old = self._allocs.pop(alloc_id, None)
         if old is not None:
-            self._whole.clear()
             self._unindex(old)
             self._count_stub(old, -1)
         self._watch.advance(index)
@@ -203,7 +175,6 @@ class AllocationStore:
     def replace_all(self, allocs: Iterable[StoredAllocation], index: int) -> None:
         """Swap in a full list taken at revision `index` (first sync or re-list); marks synced."""
         self._allocs = {alloc.id: alloc for alloc in allocs}  # a later duplicate wins
-        self._whole.clear()
         everything = list(self._allocs.values())
         self._by_create = SortedIndex.build(((a.create_index, a.id), a) for a in everything)
         self._by_id = SortedIndex.build((a.id, a) for a in everything)
@@ -247,7 +218,6 @@ class AllocationStore:
     # -- internals ------------------------------------------------------------------------
 
     def _put(self, alloc: StoredAllocation) -> None:
-        self._whole.clear()
         old = self._allocs.get(alloc.id)
         if old is not None and (
             old.create_index != alloc.create_index
