@@ -15,7 +15,7 @@ import contextlib
 import socket
 import ssl
 import threading
-from collections.abc import Callable, Coroutine
+from collections.abc import Callable, Coroutine, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, cast
@@ -112,11 +112,11 @@ def _run(
         return runner.run(main)
 
 
-async def _read_from_server(certificates: Certificates) -> bytes:
-    """A client connection (`create_connection` with TLS) reading what the peer sends."""
-    loop = asyncio.get_running_loop()
+@contextlib.contextmanager
+def _sending_server(certificates: Certificates) -> Iterator[tuple[int, Reader, threading.Event]]:
+    """A TLS server on a thread that sends to the `Reader` and hangs up while it has paused:
+    its port, the reader and the event set once it hung up."""
     listener = socket.create_server(("127.0.0.1", 0))
-    port = listener.getsockname()[1]
     reader = Reader()
     hung_up = threading.Event()
     server = threading.Thread(
@@ -124,11 +124,18 @@ async def _read_from_server(certificates: Certificates) -> bytes:
     )
     server.start()
     try:
-        await loop.create_connection(lambda: reader, "127.0.0.1", port, ssl=certificates.client)
-        return await reader.resume_after(hung_up)
+        yield listener.getsockname()[1], reader, hung_up
     finally:
         server.join(WAIT)
         listener.close()
+
+
+async def _read_from_server(certificates: Certificates) -> bytes:
+    """A client connection (`create_connection` with TLS) reading what the peer sends."""
+    loop = asyncio.get_running_loop()
+    with _sending_server(certificates) as (port, reader, hung_up):
+        await loop.create_connection(lambda: reader, "127.0.0.1", port, ssl=certificates.client)
+        return await reader.resume_after(hung_up)
 
 
 # --- the fault, reproduced -----------------------------------------------------------------
@@ -181,15 +188,7 @@ def test_start_tls_keeps_the_tail(certificates: Certificates) -> None:
 
     async def main() -> bytes:
         loop = asyncio.get_running_loop()
-        listener = socket.create_server(("127.0.0.1", 0))
-        port = listener.getsockname()[1]
-        reader = Reader()
-        hung_up = threading.Event()
-        server = threading.Thread(
-            target=_send_as_server, args=(listener, certificates.server, reader, hung_up)
-        )
-        server.start()
-        try:
+        with _sending_server(certificates) as (port, reader, hung_up):
             transport, _ = await loop.create_connection(asyncio.Protocol, "127.0.0.1", port)
             upgraded = await loop.start_tls(
                 transport, reader, certificates.client, server_hostname="127.0.0.1"
@@ -197,9 +196,6 @@ def test_start_tls_keeps_the_tail(certificates: Certificates) -> None:
             assert upgraded is not None
             reader.connection_made(upgraded)
             return await reader.resume_after(hung_up)
-        finally:
-            server.join(WAIT)
-            listener.close()
 
     assert _run(eventloop.new_event_loop, main()) == FIRST + TAIL
 
