@@ -35,7 +35,7 @@ from running_operator import (
 )
 
 from allocbridge import eventloop
-from allocbridge.cluster.connection import load_credentials
+from allocbridge.cluster.connection import Credentials, load_credentials
 from allocbridge.cluster.podexec import (
     PROTOCOL_V4,
     PROTOCOL_V5,
@@ -769,19 +769,28 @@ async def test_pod_exec_through_the_environments_proxy(
     tunnel = ConnectProxy()
     async with tunnel as proxy_url:
         monkeypatch.setenv("HTTPS_PROXY", proxy_url)
-        executor = PodExecutor(lambda: credentials)
-        try:
-            command = ["sh", "-c", "head -c 5; echo; echo e >&2; exit 6"]
-            async with executor.open(alloc.namespace, alloc.name, "main", command, tty=False) as s:
-                await s.send_stdin(b"proxy")
-                await s.close_stdin()
-                events = [event async for event in s.events()]
-        finally:
-            await executor.close()
+        answer = await _echo_and_exit(alloc, credentials, b"proxy", 6)
         assert tunnel.targets and set(tunnel.targets) == {api_server}
+    assert answer == (b"proxy\n", b"e\n", Exited(6))
+
+
+async def _echo_and_exit(
+    alloc: Alloc, credentials: Credentials, data: bytes, status: int
+) -> tuple[bytes, bytes, object]:
+    """Exec a shell that echoes `data` from stdin, writes `e` to stderr and exits with
+    `status`: its stdout, its stderr and its last event."""
+    executor = PodExecutor(lambda: credentials)
+    try:
+        command = ["sh", "-c", f"head -c {len(data)}; echo; echo e >&2; exit {status}"]
+        async with executor.open(alloc.namespace, alloc.name, "main", command, tty=False) as s:
+            await s.send_stdin(data)
+            await s.close_stdin()
+            events = [event async for event in s.events()]
+    finally:
+        await executor.close()
     out = b"".join(e.data for e in events if isinstance(e, Output) and e.channel == 1)
     err = b"".join(e.data for e in events if isinstance(e, Output) and e.channel == 2)
-    assert (out, err, events[-1]) == (b"proxy\n", b"e\n", Exited(6))
+    return out, err, events[-1]
 
 
 async def test_ten_mebibytes_through_a_proxy_on_the_operators_loop(
@@ -854,15 +863,6 @@ async def test_pod_exec_through_the_kubeconfigs_proxy(
         proxied = _with_proxy_url(kubeconfig, proxy_url, tmp_path / "kubeconfig")
         credentials = await load_credentials(KubernetesSettings(kubeconfig=str(proxied)))
         api_server = urllib.parse.urlsplit(credentials.server).netloc
-        executor = PodExecutor(lambda: credentials)
-        try:
-            command = ["sh", "-c", "head -c 3; echo; exit 7"]
-            async with executor.open(alloc.namespace, alloc.name, "main", command, tty=False) as s:
-                await s.send_stdin(b"via")
-                await s.close_stdin()
-                events = [event async for event in s.events()]
-        finally:
-            await executor.close()
+        answer = await _echo_and_exit(alloc, credentials, b"via", 7)
         assert tunnel.targets and set(tunnel.targets) == {api_server}
-    out = b"".join(e.data for e in events if isinstance(e, Output) and e.channel == 1)
-    assert (out, events[-1]) == (b"via\n", Exited(7))
+    assert answer == (b"via\n", b"e\n", Exited(7))
