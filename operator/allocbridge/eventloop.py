@@ -89,17 +89,17 @@ class Loop(uvloop.Loop):
     ) -> tuple[asyncio.Transport, asyncio.BaseProtocol]:
         uvloop_: Any = super()
         if not ssl or _UVLOOP_TLS.get():
-            tls: dict[str, Any] = {}
-            if ssl:
-                tls = {
-                    "server_hostname": server_hostname,
-                    "ssl_handshake_timeout": ssl_handshake_timeout,
-                    "ssl_shutdown_timeout": ssl_shutdown_timeout,
-                }
-            elif server_hostname is not None:
-                tls = {"server_hostname": server_hostname}  # uvloop's error names it
+            # uvloop's own, TLS options included (without TLS it refuses them, as asyncio does)
             made: tuple[asyncio.Transport, asyncio.BaseProtocol] = await uvloop_.create_connection(
-                protocol_factory, host, port, ssl=ssl, sock=sock, **tls, **kwargs
+                protocol_factory,
+                host,
+                port,
+                ssl=ssl,
+                sock=sock,
+                server_hostname=server_hostname,
+                ssl_handshake_timeout=ssl_handshake_timeout,
+                ssl_shutdown_timeout=ssl_shutdown_timeout,
+                **kwargs,
             )
             return made
         if server_hostname is None:
