@@ -28,6 +28,8 @@ from allocbridge.model.execframes import (
     encode_exited,
     encode_output,
     encode_output_close,
+    encode_small_output,
+    keystroke_stdin,
     parse_handshake,
 )
 
@@ -102,6 +104,48 @@ def test_the_keystroke_shortcut_reads_frames_as_the_json_decoder_does(message: b
         assert by_json() == "error"
     else:
         assert by_json() == (decoded.stdin, decoded.stdin_close, decoded.tty_size)
+
+
+@pytest.mark.parametrize(
+    ("message", "stdin"),
+    [
+        (b'{"stdin":{"data":"eA=="}}', b"x"),  # the web UI's keystroke
+        (b'{"stdin":{"data":"eA=="}}\n', b"x"),  # the Go SDK's (WriteJSON adds a newline)
+        (b'{"stdin":{"data":""}}', b""),
+        (b'{"stdin":{"data":"' + base64.b64encode(ALL_BYTES) + b'"}}\n', ALL_BYTES),
+        (b'{"stdin":{"data":"eA="}}', None),  # bad padding: decode_client_frame says so
+        (b'{"stdin":{"data":"eA"}}', None),
+        (b'{"stdin":{"data":"eA=="}}\n\n', None),  # other whitespace: the regular path
+        (b'{"stdin":{"data":"eA=="}} ', None),
+        (b' {"stdin":{"data":"eA=="}}', None),
+        (b'{"stdin":{"data":"eA=="},"x":1}', None),
+        (b'{"stdin":{"data":"eA==","close":true}}', None),
+        (b'{"stdin":{"data":"e\\u0041=="}}', None),  # an escape
+        (b'{"stdin":{"data":"eA=\\n="}}', None),
+        (b'{"stdin":{"data":"eA=="}', None),  # not JSON
+        (b'{"stdin":{"data":"eA=="}}}', None),
+        (b'{"stdin":{"data":"', None),
+    ],
+)
+def test_the_keystroke_slice_reads_only_frames_that_carry_stdin_alone(
+    message: bytes, stdin: bytes | None
+) -> None:
+    assert keystroke_stdin(message) == stdin
+    if stdin is not None:
+        assert decode_client_frame(message) == ClientFrame(stdin=stdin)
+
+
+def test_the_keystroke_slice_takes_the_go_sdks_and_the_web_uis_frames() -> None:
+    for data in (b"x", b"\x7f", ALL_BYTES):
+        compact = json.dumps({"stdin": {"data": b64(data)}}, separators=(",", ":")).encode()
+        assert keystroke_stdin(compact) == data
+        assert keystroke_stdin(compact + b"\n") == data
+
+
+def test_a_small_output_frame_is_encode_outputs_one_frame() -> None:
+    for data in (b"x", b"\x08\x1b[J", ALL_BYTES, b"y" * OUTPUT_CHUNK):
+        for stream in ("stdout", "stderr"):
+            assert [encode_small_output(stream, data)] == encode_output(stream, data)
 
 
 @pytest.mark.parametrize(

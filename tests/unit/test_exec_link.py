@@ -130,6 +130,9 @@ async def test_a_listener_gets_the_events_as_they_arrive(server: Server) -> None
     ended: asyncio.Future[object] = asyncio.get_running_loop().create_future()
 
     class Listener:
+        def on_output(self, channel: Channel, data: bytes) -> None:
+            got.append(Output(channel, data))
+
         def on_event(self, event: object) -> None:
             got.append(event)
 

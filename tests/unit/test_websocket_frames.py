@@ -240,3 +240,45 @@ async def test_a_client_parser_reads_aiohttps_frames_and_its_masked_frames_are_r
         assert parse_close(answer.payload)[0] == 1000
     finally:
         writer.close()
+
+
+@pytest.mark.parametrize("masked", [True, False])
+def test_a_lone_small_data_frame_is_what_feed_gives_and_nothing_else_is_taken(
+    masked: bool,
+) -> None:
+    key = KEY if masked else None
+    for opcode in (OP_TEXT, OP_BINARY):
+        for size in (0, 1, 30, 125):
+            payload = os.urandom(size)
+            frame = encode(opcode, payload, key)
+            parser = FrameParser(masked=masked, max_message=2**21)
+            assert parser.lone_data_frame(frame) == payload
+            assert parser.feed(frame) == [Message(opcode, payload)]
+    others = [
+        encode(OP_BINARY, b"x" * 126, key),  # a longer header
+        encode(OP_PING, b"p", key),  # control frames go through feed
+        encode(OP_TEXT, b"one", key) + encode(OP_TEXT, b"two", key),  # two frames
+        encode(OP_TEXT, b"one", key)[:-1],  # part of one
+        encode(OP_TEXT, b"one", None if masked else KEY),  # masked the wrong way
+        bytes((0x01, 0x80 if masked else 0)) + (KEY if masked else b""),  # not final
+        bytes((0xC1, 0x80 if masked else 0)) + (KEY if masked else b""),  # a reserved bit
+        b"\x81",
+    ]
+    for frame in others:
+        assert FrameParser(masked=masked, max_message=2**21).lone_data_frame(frame) is None
+    assert (
+        FrameParser(masked=masked, max_message=2).lone_data_frame(encode(OP_TEXT, b"big", key))
+        is None
+    )  # feed refuses it with 1009
+    parser = FrameParser(masked=masked, max_message=100)
+    assert parser.feed(fragment_of(OP_TEXT, b"a", key)) == []
+    assert parser.lone_data_frame(encode(OP_TEXT, b"b", key)) is None  # feed says it is wrong
+    parser = FrameParser(masked=masked, max_message=100)
+    assert parser.feed(encode(OP_TEXT, b"abc", key)[:3]) == []
+    assert parser.lone_data_frame(encode(OP_TEXT, b"b", key)) is None  # held bytes come first
+
+
+def fragment_of(opcode: int, payload: bytes, key: bytes | None) -> bytes:
+    frame = bytearray(encode(opcode, payload, key))
+    frame[0] &= 0x7F
+    return bytes(frame)

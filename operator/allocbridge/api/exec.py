@@ -87,6 +87,7 @@ from allocbridge.cluster.podexec import (
 from allocbridge.model.allocstatus import TERMINAL
 from allocbridge.model.execframes import (
     HEARTBEAT_FRAME,
+    OUTPUT_CHUNK,
     FrameError,
     Stream,
     close_reason,
@@ -94,6 +95,8 @@ from allocbridge.model.execframes import (
     encode_exited,
     encode_output,
     encode_output_close,
+    encode_small_output,
+    keystroke_stdin,
     parse_handshake,
 )
 from allocbridge.model.goformat import go_quote
@@ -115,6 +118,7 @@ log = logging.getLogger(__name__)
 
 #: Seconds between the server's heartbeats (the Go client and the web UI send theirs as often).
 HEARTBEAT_INTERVAL: Final = 10.0
+_NO_EOF: Final = (False, b"")
 HANDSHAKE_TIMEOUT: Final = 30.0
 #: Largest client frame accepted; a stdin frame of 1 MiB raw is about 1.4 MB of JSON.
 MAX_CLIENT_FRAME: Final = 4 * 1024 * 1024
@@ -253,6 +257,18 @@ class _Client:
     # --- aiohttp's side: the connection's payload parser (`set_parser`) ----------------------
 
     def feed_data(self, data: bytes) -> tuple[bool, bytes]:
+        stream = self._stream
+        if stream is not None and not self._broken and not self._close_sent:  # relaying
+            payload = self._parser.lone_data_frame(data)
+            if payload is not None:
+                if self.ended.done():
+                    return _NO_EOF
+                stdin = keystroke_stdin(payload)
+                if stdin is None:
+                    self._frame(payload)
+                elif stdin:
+                    self._stdin(stream, stdin)
+                return _NO_EOF
         if self._broken:
             return False, b""
         try:
@@ -306,12 +322,15 @@ class _Client:
         if frame.tty_size is not None and self._tty:
             stream.write_resize(*frame.tty_size)
         if frame.stdin:
-            stream.write_stdin(frame.stdin)
-            if stream.write_buffer_size > HIGH_WATER and self._transport.is_reading():
-                self._transport.pause_reading()
-                self._waits.add(asyncio.ensure_future(self._resume_when_sent(stream)))
+            self._stdin(stream, frame.stdin)
         if frame.stdin_close and not stream.write_close_stdin():
             log.debug("stdin close not delivered: the stream's protocol cannot half-close")
+
+    def _stdin(self, stream: ExecStream, data: bytes) -> None:
+        stream.write_stdin(data)
+        if stream.write_buffer_size > HIGH_WATER and self._transport.is_reading():
+            self._transport.pause_reading()
+            self._waits.add(asyncio.ensure_future(self._resume_when_sent(stream)))
 
     async def _resume_when_sent(self, stream: ExecStream) -> None:
         with contextlib.suppress(Exception):
@@ -321,13 +340,24 @@ class _Client:
 
     # --- the process's output to the client (the stream's listener) ---------------------------
 
+    def on_output(self, channel: Channel, data: bytes) -> None:
+        if self.ended.done() or self._close_sent:
+            return
+        transport = self._transport
+        if transport.is_closing():
+            return
+        name: Stream = "stdout" if channel == Channel.STDOUT else "stderr"
+        if len(data) <= OUTPUT_CHUNK:  # an echo
+            transport.write(encode(OP_TEXT, encode_small_output(name, data)))
+            return
+        for frame in encode_output(name, data):
+            self._write(OP_TEXT, frame)
+
     def on_event(self, event: Event) -> None:
         if self.ended.done():
             return
         if isinstance(event, Output):
-            name: Stream = "stdout" if event.channel == Channel.STDOUT else "stderr"
-            for frame in encode_output(name, event.data):
-                self._write(OP_TEXT, frame)
+            self.on_output(event.channel, event.data)
         elif isinstance(event, OutputClosed):
             name = "stdout" if event.channel == Channel.STDOUT else "stderr"
             if name in self._open_streams:
@@ -440,7 +470,7 @@ class _WritePauses(asyncio.Protocol):
         self._client = client
 
     def data_received(self, data: bytes) -> None:
-        self._inner.data_received(data)
+        self._client.feed_data(data)  # aiohttp's would hand it on to the same parser
 
     def eof_received(self) -> bool | None:
         return self._inner.eof_received()

@@ -108,6 +108,8 @@ class Channel(enum.IntEnum):
     CLOSE = 255  # v5: `[255, channel]` half-closes that channel
 
 
+_STDIN_BYTE: Final = bytes((Channel.STDIN,))
+_NO_EOF: Final = (False, b"")
 _OUTPUT_CHANNELS: Final = {
     Channel.STDOUT.value: Channel.STDOUT,
     Channel.STDERR.value: Channel.STDERR,
@@ -210,7 +212,10 @@ def _without_wrappers(message: str) -> str:
 
 
 class _Listener(Protocol):
-    """Where a relayed stream's events go as they arrive (`ExecStream.listen`)."""
+    """Where a relayed stream's events go as they arrive (`ExecStream.listen`): output to
+    `on_output` (no `Output` made per echo), the rest to `on_event`."""
+
+    def on_output(self, channel: Channel, data: bytes) -> None: ...
 
     def on_event(self, event: Event) -> None: ...
 
@@ -258,6 +263,17 @@ class ExecStream:
     # --- the link's consumer ----------------------------------------------------------------
 
     def feed_data(self, data: bytes) -> tuple[bool, bytes]:
+        listener = self._listener
+        if listener is not None and not self._ended:  # an echo: one small output frame
+            payload = self._parser.lone_data_frame(data)
+            if payload is not None and len(payload) > 1:
+                channel = _OUTPUT_CHANNELS.get(payload[0])
+                if channel is not None:
+                    self._received += 1
+                    if self.first_output_at is None:
+                        self.first_output_at = time.monotonic()
+                    listener.on_output(channel, payload[1:])
+                    return _NO_EOF
         try:
             messages = self._parser.feed(data)
         except ProtocolError as exc:
@@ -289,7 +305,10 @@ class ExecStream:
             if payload:
                 if self.first_output_at is None:
                     self.first_output_at = time.monotonic()
-                self._deliver(Output(output, payload), len(payload))
+                if self._listener is not None:
+                    self._listener.on_output(output, payload)
+                else:
+                    self._deliver(Output(output, payload), len(payload))
         elif channel == Channel.STATUS:
             try:
                 code = exit_code_from_status(payload)
@@ -382,8 +401,10 @@ class ExecStream:
 
     def write_stdin(self, data: bytes) -> None:
         """Send `data` to the process's stdin now (see `drain` for flow control)."""
-        if data and not self._stdin_closed:
-            self._write(OP_BINARY, encode_frame(Channel.STDIN, data))
+        if data and not self._stdin_closed and not self._close_sent:
+            link = self._link
+            if not link.is_closing():
+                link.write(encode(OP_BINARY, _STDIN_BYTE + data, self._random.randbytes(4)))
 
     def write_resize(self, width: int, height: int) -> None:
         self._write(OP_BINARY, encode_resize(width, height))
@@ -431,7 +452,11 @@ class ExecStream:
         and the end to its `on_end`, instead of `events()`."""
         self._listener = listener
         while self._queue:
-            listener.on_event(self._queue.popleft())
+            event = self._queue.popleft()
+            if isinstance(event, Output):
+                listener.on_output(event.channel, event.data)
+            else:
+                listener.on_event(event)
         self._queued = 0
         if self._ended:
             listener.on_end(self._error)

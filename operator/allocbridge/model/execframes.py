@@ -57,6 +57,27 @@ _STDIN_ONLY: Final = re.compile(
 )
 
 
+#: How Nomad's clients write that frame (Go's encoder, gorilla's `WriteJSON`: compact, with a
+#: newline after it; the web UI: compact, without one): read by slicing (`keystroke_stdin`).
+_STDIN_HEAD: Final = b'{"stdin":{"data":"'
+_STDIN_TAILS: Final = (b'"}}\n', b'"}}')
+
+
+def keystroke_stdin(message: bytes) -> bytes | None:
+    """The stdin bytes of a compact `{"stdin":{"data":"<base64>"}}` frame (a newline after it
+    allowed); None for any other frame, which `decode_client_frame` reads. A keystroke's frame
+    thus costs no regular expression, JSON decoder or `ClientFrame`."""
+    if not message.startswith(_STDIN_HEAD):
+        return None
+    end = message.find(b'"', 18)
+    if end < 0 or message[end:] not in _STDIN_TAILS:
+        return None
+    try:
+        return pybase64.b64decode(message[18:end], validate=True)
+    except (binascii.Error, ValueError):
+        return None  # decode_client_frame names what is wrong
+
+
 def decode_client_frame(message: str | bytes) -> ClientFrame:
     """Nomad's `ExecStreamingInput` JSON; unknown keys are ignored, as Nomad ignores them."""
     if isinstance(message, bytes):
@@ -125,6 +146,18 @@ def encode_output(stream: Stream, data: bytes, chunk: int = OUTPUT_CHUNK) -> lis
     return [
         head + pybase64.b64encode(view[i : i + chunk]) + b'"}}' for i in range(0, len(data), chunk)
     ]
+
+
+#: `encode_output`'s text before the base64, per stream.
+OUTPUT_HEADS: Final[dict[Stream, bytes]] = {
+    "stdout": b'{"stdout":{"data":"',
+    "stderr": b'{"stderr":{"data":"',
+}
+
+
+def encode_small_output(stream: Stream, data: bytes) -> bytes:
+    """The one frame of at most `OUTPUT_CHUNK` raw bytes `encode_output` gives (an echo)."""
+    return OUTPUT_HEADS[stream] + pybase64.b64encode(data) + b'"}}'
 
 
 def encode_output_close(stream: Stream) -> bytes:

@@ -40,6 +40,8 @@ _LONG16: Final = struct.Struct("!BBH")
 _LONG64: Final = struct.Struct("!BBQ")
 _CODE: Final = struct.Struct("!H")
 _WHOLE_OPCODES: Final = frozenset((OP_TEXT, OP_BINARY, OP_CLOSE, OP_PING, OP_PONG))
+#: The first byte of a whole text or binary frame: FIN, no reserved bits.
+_WHOLE_DATA: Final = frozenset((0x80 | OP_TEXT, 0x80 | OP_BINARY))
 
 
 class ProtocolError(Exception):
@@ -163,6 +165,25 @@ class FrameParser:
                 break
             at = frame_end
         return messages
+
+    def lone_data_frame(self, data: bytes) -> bytes | None:
+        """The payload when `data` is exactly one whole, final text or binary frame of at most
+        125 bytes and the parser holds nothing (a keystroke, an echo): checked as `_frame`
+        checks it, without a `Message`. None for anything else, which `feed` then takes."""
+        if self._chunks or self._fragment_opcode or len(data) < 2:
+            return None
+        first = data[0]
+        if first not in _WHOLE_DATA:
+            return None
+        second = data[1]
+        if self._masked:
+            size = second ^ 0x80  # the mask bit must be set
+            if size > 125 or len(data) != size + 6 or size > self._max:
+                return None
+            return mask(data[2:6], data[6:])
+        if second > 125 or len(data) != second + 2 or second > self._max:
+            return None
+        return data[2:]
 
     def _one_small_frame(self, data: bytes) -> Message | None:
         """`data` as one whole unfragmented frame of at most 125 bytes (a keystroke, an
