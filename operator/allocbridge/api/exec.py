@@ -21,9 +21,11 @@ then `alloc-node-exec` too when the task's driver is `raw_exec`.
 The relay is callbacks, not tasks (`_Client`): the endpoint writes the 101 itself and the
 request's connection protocol hands every later byte to its parser (`model.websocket`), which
 writes what a frame asks for (stdin, a resize, a stdin close) straight to the Kubernetes stream;
-the stream hands its output to `_Client.on_event`, which writes it straight to the client's
+the stream hands its output to `_Client.on_output`, which writes it straight to the client's
 transport. A keystroke and its echo thus cost no task switch (docs/benchmarks.md, interactive
-exec). Frames that come before the stream is open are kept and sent once it is. Flow control:
+exec), and take shortcuts: a lone small frame skips the parser's `Message`, the compact stdin
+frame is sliced instead of decoded (`keystroke_stdin`), an echo is one encoded frame. Frames
+that come before the stream is open are kept and sent once it is. Flow control:
 above `HIGH_WATER` bytes waiting for the client the stream is not read until they are below
 `LOW_WATER`, and the client is not read while that much waits for the API server. A frame that
 breaks the protocol closes with 1002, one over `MAX_CLIENT_FRAME` with 1009.
@@ -224,7 +226,7 @@ class _Client:
 
     aiohttp's connection protocol hands the bytes to `feed_data`, which parses them into
     frames; what a frame asks for (stdin, a resize, a stdin close) goes straight to the
-    Kubernetes stream, and output from it straight to the client's transport (`on_event`),
+    Kubernetes stream, and output from it straight to the client's transport (`on_output`),
     without a task in between. Until the stream is open (`relay`), client frames are kept.
 
     The session's outcome is `ended`'s result: `_ExitedError`, `_ClientLeftError`, a `_CloseError`
