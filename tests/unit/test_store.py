@@ -10,14 +10,7 @@ from typing import Any
 import pytest
 from allocations_fixture import SAMPLE, alloc_id, sample_store, stored, wire
 
-from allocbridge.store import (
-    AllocationStore,
-    StoredAllocation,
-    StubStream,
-    encoding,
-    stub_array,
-    whole_list,
-)
+from allocbridge.store import AllocationStore, StoredAllocation, encoding, stub_array
 from allocbridge.store.allocation import RECENT_BODIES
 from allocbridge.store.memory import hyphenated_prefix
 from allocbridge.store.ordering import SortedIndex
@@ -93,75 +86,6 @@ def test_stub_array_fragments_join_to_the_array_of_the_stubs(
         assert fragments.join() == encoding.compact(stubs)
         assert fragments.size() == len(fragments.join())
     assert stub_array([]).join() == b"[]"
-
-
-def _store_of(count: int) -> AllocationStore:
-    """`count` allocations in two namespaces, some without TaskStates (the null tail)."""
-    store = AllocationStore()
-    allocs = []
-    for n in range(count):
-        data = wire(alloc_id(n), create_index=100 + n // 2, namespace=("default", "team-a")[n % 2])
-        if n % 5 == 0:
-            data["TaskStates"] = None
-        allocs.append(StoredAllocation.from_wire(data))
-    store.replace_all(allocs, 1000)
-    return store
-
-
-@pytest.mark.parametrize("task_states", [True, False])
-def test_a_whole_list_streams_the_array_of_its_stubs_in_pieces(task_states: bool) -> None:
-    """Laid out a piece at a time from the store's scan, a whole list is the same bytes as
-    `stub_array` of the page, with the length stated up front, in pieces near the limit."""
-    store = _store_of(600)  # more than a scan's chunk of 256
-    for namespace in (None, "default", "team-a", "nope"):
-        for reverse in (False, True):
-            allocs = list(store.chronological(namespace, reverse=reverse))
-            expected = stub_array(allocs, task_states=task_states).join()
-            for limit in (1, 700, 20_000, 1 << 30):
-                stream = whole_list(
-                    store, namespace=namespace, reverse=reverse, task_states=task_states
-                )
-                assert stream.size() == len(expected)
-                pieces = list(stream.pieces(limit))
-                assert b"".join(pieces) == expected, (namespace, reverse, limit)
-                if len(expected) > 2 * limit:
-                    assert len(pieces) > 1
-                if limit >= 700 and len(pieces) > 1:
-                    assert max(map(len, pieces)) < 2 * limit + 2000
-            joined = whole_list(
-                store, namespace=namespace, reverse=reverse, task_states=task_states
-            )
-            assert joined.join() == expected
-
-
-@pytest.mark.parametrize("task_states", [True, False])
-def test_a_whole_list_sends_the_store_as_it_was_when_the_query_ran(task_states: bool) -> None:
-    """The pieces after the first are laid out while the store may change (the response
-    awaits the socket between them): they still show the allocations the query saw."""
-    store = _store_of(600)
-    expected = stub_array(list(store.chronological()), task_states=task_states).join()
-    pieces = whole_list(store, namespace=None, task_states=task_states).pieces(20_000)
-    first = next(pieces)
-    for n in range(0, 600, 3):
-        store.upsert(stored(alloc_id(n), create_index=100 + n // 2, modify_index=2000 + n))
-    for n in range(1, 600, 7):
-        store.remove(alloc_id(n), 3000 + n)
-    store.upsert(stored(alloc_id(900), create_index=1))
-    assert first + b"".join(pieces) == expected
-
-
-def test_a_whole_list_with_fewer_allocations_than_counted_stops_short() -> None:
-    """Never the case for the store's snapshot; were it, the response's length check ends the
-    connection, so the stream must end quietly rather than fail between pieces."""
-    allocs = [stored(alloc_id(n)) for n in range(4)]
-    for task_states in (True, False):
-        stubs_size = sum(len(a.stub_json(task_states=task_states)) for a in allocs)
-        stream = StubStream.of(
-            iter(allocs[:2]), count=4, stubs_size=stubs_size, task_states=task_states
-        )
-        sent = b"".join(stream.pieces(100))
-        assert sent == stub_array(allocs, task_states=task_states).join()[: len(sent)]
-        assert len(sent) < stream.size()
 
 
 def test_resources_are_left_out_when_the_allocation_has_none() -> None:

@@ -27,15 +27,7 @@ from allocbridge.api.query import QueryOptions, parse_query, parse_stub_fields
 from allocbridge.api.routing import Endpoint
 from allocbridge.auth import ALL_NAMESPACES, READ_JOB, Authorizer, Caller
 from allocbridge.model.filter import FilterEvaluationError, FilterSyntaxError, compile_filter
-from allocbridge.store import (
-    AllocationStore,
-    Page,
-    StoredAllocation,
-    StubStream,
-    list_page,
-    stub_array,
-    whole_list,
-)
+from allocbridge.store import AllocationStore, Page, StoredAllocation, list_page, stub_array
 
 Predicate = Callable[[StoredAllocation], bool]
 T = TypeVar("T")
@@ -55,20 +47,8 @@ async def list_allocations(request: web.Request) -> Answer:
     readable = ReadableNamespaces(ctx.authorizer, who, store) if every_namespace else None
     namespace = None if every_namespace else query.namespace
 
-    def run() -> tuple[int, Page[StoredAllocation] | StubStream]:
+    def run() -> tuple[int, tuple[Page[StoredAllocation], int | None]]:
         accept = _predicate(matches, None if readable is None else readable.allowed)
-        if accept is None and prefix is None and not query.next_token and not fields.resources:
-            per_page = query.per_page
-            if per_page == 0 or per_page >= store.count(namespace):
-                # A whole list (every allocation of the namespace, or of all): laid out while
-                # it is sent, its length from the store's sums of the stubs' sizes.
-                whole = whole_list(
-                    store,
-                    namespace=namespace,
-                    reverse=query.reverse,
-                    task_states=fields.task_states,
-                )
-                return store.index, whole
         page = list_page(
             store,
             namespace=namespace,
@@ -78,13 +58,23 @@ async def list_allocations(request: web.Request) -> Answer:
             next_token=query.next_token,
             accept=accept,
         )
-        return store.index, page
+        # A whole list (every allocation of the namespace, or of all): the store knows the
+        # stubs' summed length; taken here, in the same step as the page.
+        whole = (
+            accept is None
+            and prefix is None
+            and not query.next_token
+            and not fields.resources
+            and len(page.items) == store.count(namespace)
+        )
+        size = store.stubs_size(namespace, task_states=fields.task_states) if whole else None
+        return store.index, (page, size)
 
-    index, found = await filtered_blocking_query(store, query, run, readable)
-    if isinstance(found, StubStream):
-        return Answer(array=found, index=index)
-    stubs = stub_array(found.items, task_states=fields.task_states, resources=fields.resources)
-    return Answer(array=stubs, index=index, next_token=found.next_token)
+    index, (page, size) = await filtered_blocking_query(store, query, run, readable)
+    stubs = stub_array(
+        page.items, task_states=fields.task_states, resources=fields.resources, stubs_size=size
+    )
+    return Answer(array=stubs, index=index, next_token=page.next_token)
 
 
 async def filtered_blocking_query(

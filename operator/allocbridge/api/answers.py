@@ -42,13 +42,13 @@ class Answer:
     """What a handler answers: a JSON body and, for reads, the index it reflects.
 
     The body is `value`, or `encoded` (the same value already compact-encoded, sent as is unless
-    `?pretty`), or `array`, a compact JSON array laid out as it is sent (the store's
-    `stub_array` of a page, or `StubStream` of a whole list).
+    `?pretty`), or `array`, a compact JSON array given as fragments to concatenate (the store's
+    `stub_array`).
     """
 
     value: Any = None
     encoded: bytes | None = None
-    array: encoding.JsonArray | None = None
+    array: encoding.Fragments | None = None
     index: int | None = None  # a read: Nomad's metadata headers
     next_token: str = ""  # a read's next page
     write_index: int | None = None  # a write: `X-Nomad-Index` alone
@@ -132,9 +132,9 @@ def _json(body: bytes, headers: Mapping[str, str]) -> web.Response:
 
 
 async def _send_array(
-    request: web.Request, array: encoding.JsonArray, headers: Mapping[str, str]
+    request: web.Request, array: encoding.Fragments, headers: Mapping[str, str]
 ) -> web.StreamResponse:
-    """The JSON array: one body when small, else streamed in pieces.
+    """The JSON array given as fragments: one body when small, else streamed in pieces.
 
     A list of 10,000 allocations is 8-30 MB; joined whole it exists twice per client at once
     (the joined body, then the transport's copy of what the socket did not take yet), which
@@ -149,8 +149,13 @@ async def _send_array(
     response.content_type = "application/json"
     response.content_length = size
     await response.prepare(request)
-    written = 0
-    for piece in array.pieces(STREAM_BYTES):
+    parts, separator = array.parts, array.separator
+    per_piece = max(1, len(parts) * STREAM_BYTES // size)
+    piece = separator.join(parts[:per_piece])
+    written = len(piece)
+    await response.write(piece)
+    for start in range(per_piece, len(parts), per_piece):
+        piece = separator.join([b"", *parts[start : start + per_piece]])
         written += len(piece)
         await response.write(piece)
     if written != size:

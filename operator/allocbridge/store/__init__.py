@@ -6,17 +6,9 @@ watch that fills it, is the one module that reads from Kubernetes, through the s
 import-linter).
 """
 
-from allocbridge.store.allocation import StoredAllocation, StubStream, stub_array
-from allocbridge.store.listing import list_page, whole_list
+from allocbridge.store.allocation import StoredAllocation, stub_array
+from allocbridge.store.listing import list_page
 from allocbridge.store.memory import AllocationStore
 from allocbridge.store.paging import Page
 
-__all__ = [
-    "AllocationStore",
-    "Page",
-    "StoredAllocation",
-    "StubStream",
-    "list_page",
-    "stub_array",
-    "whole_list",
-]
+__all__ = ["AllocationStore", "Page", "StoredAllocation", "list_page", "stub_array"]

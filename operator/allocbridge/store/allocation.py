@@ -18,10 +18,9 @@ hands the dicts over and must not mutate them afterwards.
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from functools import lru_cache
-from itertools import islice
 from operator import attrgetter
 from typing import Any, Final
 
@@ -219,78 +218,3 @@ def stub_array(
     fragments[2::3] = tails
     fragments[-1] = b"]"
     return encoding.Fragments(fragments, length=separators + stubs_size)
-
-
-@dataclass(frozen=True)
-class StubStream:
-    """A whole list's array of stubs, laid out a piece at a time while it is sent.
-
-    `stub_array` lays out every stub's fragment first, then the response slices and joins them:
-    three passes over 50,000 stubs that no longer stay in the CPU's caches from one pass to the
-    next. Here each piece fetches its stubs' heads from the allocations and joins them at once,
-    while they are cached, and no list of every allocation or fragment is built. `allocs` is the
-    store's snapshot of the list (an index's scan, unchanged by later writes) holding `count`
-    allocations; `length` is the text's length, known from the store's sums. Read once.
-    """
-
-    allocs: Iterator[StoredAllocation]
-    count: int
-    length: int
-    task_states: bool = True
-
-    @classmethod
-    def of(
-        cls, allocs: Iterator[StoredAllocation], *, count: int, stubs_size: int, task_states: bool
-    ) -> StubStream:
-        """The stream of `count` allocations whose stubs (`stub_json` without resources, with
-        or without TaskStates) sum to `stubs_size` bytes."""
-        length = stubs_size + count + 1 if count else 2  # the brackets and the commas
-        return cls(allocs, count, length, task_states)
-
-    def size(self) -> int:
-        return self.length
-
-    def join(self) -> bytes:
-        return b"".join(self.pieces(self.length))
-
-    def pieces(self, limit: int) -> Iterator[bytes]:
-        """The array in pieces of about `limit` bytes (stubs are of about equal size)."""
-        if not self.count:
-            yield b"[]"
-            return
-        per_piece = max(1, self.count * limit // self.length)
-        left = self.count
-        while left > 0:
-            first = left == self.count
-            taken = min(per_piece, left)
-            left -= taken
-            piece = self._piece(islice(self.allocs, taken), first=first, last=not left)
-            if piece is None:
-                return  # fewer allocations than counted: the response's length check tells
-            yield piece
-
-    def _piece(
-        self, allocs: Iterator[StoredAllocation], *, first: bool, last: bool
-    ) -> bytes | None:
-        if not self.task_states:
-            # `[h1` `,"TaskStates":null},` `h2` ... `hn,"TaskStates":null}]`, as `stub_array`.
-            heads = [] if first else [b""]  # a piece after the first starts with a separator
-            heads.extend(map(_HEAD, allocs))
-            if len(heads) == (0 if first else 1):
-                return None
-            if first:
-                heads[0] = b"[" + heads[0]
-            if last:
-                heads[-1] += _NULL_TAIL + b"]"
-            return _NULL_TAIL_COMMA.join(heads)
-        stubs = list(allocs)
-        if not stubs:
-            return None
-        fragments = [b","] * (3 * len(stubs))  # `,` head tail for each stub
-        fragments[1::3] = map(_HEAD, stubs)
-        fragments[2::3] = map(_TAIL, stubs)
-        if first:
-            fragments[0] = b"["
-        if last:
-            fragments.append(b"]")
-        return b"".join(fragments)

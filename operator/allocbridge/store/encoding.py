@@ -8,9 +8,9 @@ time; the pretty form (`?pretty`) is 4-space indented with a trailing newline.
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Any
 
 import orjson
 
@@ -39,23 +39,6 @@ def pretty(value: Any) -> bytes:
     return _pretty.encode(value).encode("utf-8") + b"\n"
 
 
-class JsonArray(Protocol):
-    """A compact JSON array as the list endpoints answer it: its length known up front, its
-    bytes given whole or a piece at a time (a body read once)."""
-
-    def size(self) -> int:
-        """The length of the text, without laying it out."""
-        ...
-
-    def join(self) -> bytes:
-        """The whole text."""
-        ...
-
-    def pieces(self, limit: int) -> Iterator[bytes]:
-        """The text in consecutive pieces of about `limit` bytes."""
-        ...
-
-
 @dataclass(frozen=True)
 class Fragments:
     """A compact JSON text kept as pieces: `separator.join(parts)`, never joined whole here.
@@ -77,11 +60,3 @@ class Fragments:
 
     def join(self) -> bytes:
         return self.separator.join(self.parts)
-
-    def pieces(self, limit: int) -> Iterator[bytes]:
-        """Consecutive pieces of about `limit` bytes (the parts being of about equal size)."""
-        parts, separator = self.parts, self.separator
-        per_piece = max(1, len(parts) * limit // max(1, self.size()))
-        yield separator.join(parts[:per_piece])
-        for start in range(per_piece, len(parts), per_piece):
-            yield separator.join([b"", *parts[start : start + per_piece]])

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from allocbridge.store.allocation import StoredAllocation, StubStream
+from allocbridge.store.allocation import StoredAllocation
 from allocbridge.store.memory import AllocationStore
 from allocbridge.store.paging import (
     Page,
@@ -54,20 +54,6 @@ def list_page(
     items = store.chronological(namespace, reverse=reverse, start=start)
     return paginate(
         items, per_page=per_page, token_of=_create_token, before_token=before, accept=accept
-    )
-
-
-def whole_list(
-    store: AllocationStore, *, namespace: str | None, reverse: bool = False, task_states: bool
-) -> StubStream:
-    """Every allocation of one namespace, or (None) of all, in `(CreateIndex, ID)` order: what
-    `list_page` answers without prefix, token, filter or a page smaller than the list, as the
-    stubs' array without resources, laid out while it is sent from the store's snapshot."""
-    return StubStream.of(
-        store.chronological(namespace, reverse=reverse),
-        count=store.count(namespace),
-        stubs_size=store.stubs_size(namespace, task_states=task_states),
-        task_states=task_states,
     )
 
 
