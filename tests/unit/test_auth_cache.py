@@ -234,6 +234,41 @@ async def test_a_token_that_stops_authenticating_is_denied_and_forgotten() -> No
     assert auth.cache.decisions_for(token_digest("tok")) == 0
 
 
+async def test_only_granted_tokens_have_their_hash_remembered_for_at_most_the_ttl() -> None:
+    backend, clock = FakeReviews(), Clock()
+    backend.add("tok", "alice", ("read-job", "a"))
+    auth = authorizer(backend, clock)
+    with pytest.raises(PermissionDeniedError):
+        await auth.check(Caller("garbage"), "read-job", "a")
+    with pytest.raises(PermissionDeniedError):
+        await auth.check(Caller("tok"), "alloc-lifecycle", "a")  # authenticated, not allowed
+    await auth.check(Caller("tok"), "read-job", "a")  # reviewed: not yet granted from cache
+    assert len(auth.granted_digests) == 0
+    await auth.check(Caller("tok"), "read-job", "a")  # granted by the caches
+    assert auth.granted_digests.get("tok") == token_digest("tok")
+    assert "garbage" not in auth.granted_digests
+    clock.now += TTL - 1
+    await auth.check(Caller("tok"), "read-job", "a")  # a hit does not extend its life
+    clock.now += 1
+    assert auth.granted_digests.get("tok") is None
+
+
+async def test_a_remembered_hash_grants_nothing_the_caches_do_not() -> None:
+    backend, clock = FakeReviews(), Clock()
+    backend.add("tok", "alice", ("read-job", "a"))
+    auth = authorizer(backend, clock)
+    for _ in range(2):
+        await auth.check(Caller("tok"), "read-job", "a")
+    assert "tok" in auth.granted_digests
+    with pytest.raises(PermissionDeniedError):
+        await auth.check(Caller("tok"), "read-job", "b")
+    auth.cache.forget(token_digest("tok"))
+    del backend.users["tok"]  # its ServiceAccount was deleted
+    with pytest.raises(PermissionDeniedError):
+        await auth.check(Caller("tok"), "read-job", "a")
+    assert backend.token_reviews == ["tok", "tok"]
+
+
 async def test_a_verdict_is_not_cached_beyond_the_tokens_own_expiry() -> None:
     backend, clock = FakeReviews(), Clock()
     token = jwt({"exp": clock.now + 3})
