@@ -42,6 +42,8 @@ _CODE: Final = struct.Struct("!H")
 _WHOLE_OPCODES: Final = frozenset((OP_TEXT, OP_BINARY, OP_CLOSE, OP_PING, OP_PONG))
 #: The first byte of a whole text or binary frame: FIN, no reserved bits.
 _WHOLE_DATA: Final = frozenset((0x80 | OP_TEXT, 0x80 | OP_BINARY))
+#: The first byte of any whole frame this parser takes in one piece.
+_WHOLE_FIRST_BYTES: Final = frozenset(0x80 | opcode for opcode in _WHOLE_OPCODES)
 
 
 class ProtocolError(Exception):
@@ -168,43 +170,37 @@ class FrameParser:
 
     def lone_data_frame(self, data: bytes) -> bytes | None:
         """The payload when `data` is exactly one whole, final text or binary frame of at most
-        125 bytes and the parser holds nothing (a keystroke, an echo): checked as `_frame`
-        checks it, without a `Message`. None for anything else, which `feed` then takes."""
-        if self._chunks or self._fragment_opcode or len(data) < 2:
+        125 bytes and the parser holds nothing (a keystroke, an echo), without a `Message`.
+        None for anything else, which `feed` then takes."""
+        if self._chunks or self._fragment_opcode:
             return None
-        first = data[0]
-        if first not in _WHOLE_DATA:
-            return None
-        second = data[1]
-        if self._masked:
-            size = second ^ 0x80  # the mask bit must be set
-            if size > 125 or len(data) != size + 6 or size > self._max:
-                return None
-            return mask(data[2:6], data[6:])
-        if second > 125 or len(data) != second + 2 or second > self._max:
-            return None
-        return data[2:]
+        return self._small_payload(data, _WHOLE_DATA)
 
     def _one_small_frame(self, data: bytes) -> Message | None:
         """`data` as one whole unfragmented frame of at most 125 bytes (a keystroke, an
-        echo, a control frame), checked as `_frame` checks it; None for anything else."""
+        echo, a control frame); None for anything else."""
+        payload = self._small_payload(data, _WHOLE_FIRST_BYTES)
+        return None if payload is None else Message(data[0] & 0x0F, payload)
+
+    def _small_payload(self, data: bytes, first_bytes: frozenset[int]) -> bytes | None:
+        """The payload when `data` is exactly one frame of at most 125 bytes whose first byte
+        (FIN, reserved bits, opcode) is one of `first_bytes`, checked as `_frame` checks it."""
         if len(data) < 2:
             return None
         first = data[0]
+        if first not in first_bytes:
+            return None
         second = data[1]
         size = second & 0x7F
-        opcode = first & 0x0F
-        if first & 0xF0 != 0x80 or size > 125 or opcode not in _WHOLE_OPCODES:
-            return None
-        if size > self._max and opcode < OP_CLOSE:
+        if size > 125 or (size > self._max and first & 0x0F < OP_CLOSE):
             return None
         if self._masked:
             if not second & 0x80 or len(data) != size + 6:
                 return None
-            return Message(opcode, mask(data[2:6], data[6:]))
+            return mask(data[2:6], data[6:])
         if second & 0x80 or len(data) != size + 2:
             return None
-        return Message(opcode, data[2:])
+        return data[2:]
 
     def _frame(self, data: bytes, at: int, end: int, messages: list[Message]) -> int:
         """Parse the frame at `at`: its end, or minus the bytes it needs when incomplete."""
