@@ -22,7 +22,7 @@ from allocations_fixture import SAMPLE, sample_store
 from allocbridge.api.context import PodClients
 from allocbridge.api.server import create_app
 from allocbridge.auth import AllowAll
-from allocbridge.cluster.podexec import HIGH_WATER, Channel, Exited, Output, PodExecutor
+from allocbridge.cluster.podexec import HIGH_WATER, Channel, Exited, PodExecutor
 from allocbridge.lifecycle import Lifecycle
 from allocbridge.telemetry import Metrics
 
@@ -61,7 +61,7 @@ class FirehoseStream:
             return
         index = self.sent // CHUNK
         self.sent += CHUNK
-        self.listener.on_event(Output(Channel.STDOUT, bytes((index % 256,)) * CHUNK))
+        self.listener.on_output(Channel.STDOUT, bytes((index % 256,)) * CHUNK)
         asyncio.get_running_loop().call_soon(self._produce)
 
     def pause_reading(self) -> None:

@@ -137,7 +137,10 @@ class CatStream:
             asyncio.get_running_loop().call_soon(self._deliver, event)
 
     def _deliver(self, event: Event) -> None:
-        self.listener.on_event(event)
+        if isinstance(event, Output):  # as the real stream hands output on
+            self.listener.on_output(event.channel, event.data)
+        else:
+            self.listener.on_event(event)
         if isinstance(event, Exited):
             self.exited = True
             self.listener.on_end(None)

@@ -82,7 +82,6 @@ from allocbridge.cluster.podexec import (
     Event,
     ExecStream,
     Exited,
-    Output,
     OutputClosed,
     PodExecutor,
 )
@@ -120,7 +119,6 @@ log = logging.getLogger(__name__)
 
 #: Seconds between the server's heartbeats (the Go client and the web UI send theirs as often).
 HEARTBEAT_INTERVAL: Final = 10.0
-_NO_EOF: Final = (False, b"")
 HANDSHAKE_TIMEOUT: Final = 30.0
 #: Largest client frame accepted; a stdin frame of 1 MiB raw is about 1.4 MB of JSON.
 MAX_CLIENT_FRAME: Final = 4 * 1024 * 1024
@@ -264,13 +262,13 @@ class _Client:
             payload = self._parser.lone_data_frame(data)
             if payload is not None:
                 if self.ended.done():
-                    return _NO_EOF
+                    return False, b""
                 stdin = keystroke_stdin(payload)
                 if stdin is None:
                     self._frame(payload)
                 elif stdin:
                     self._stdin(stream, stdin)
-                return _NO_EOF
+                return False, b""
         if self._broken:
             return False, b""
         try:
@@ -358,9 +356,7 @@ class _Client:
     def on_event(self, event: Event) -> None:
         if self.ended.done():
             return
-        if isinstance(event, Output):
-            self.on_output(event.channel, event.data)
-        elif isinstance(event, OutputClosed):
+        if isinstance(event, OutputClosed):
             name = "stdout" if event.channel == Channel.STDOUT else "stderr"
             if name in self._open_streams:
                 self._open_streams.remove(name)

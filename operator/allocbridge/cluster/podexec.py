@@ -109,7 +109,6 @@ class Channel(enum.IntEnum):
 
 
 _STDIN_BYTE: Final = bytes((Channel.STDIN,))
-_NO_EOF: Final = (False, b"")
 _OUTPUT_CHANNELS: Final = {
     Channel.STDOUT.value: Channel.STDOUT,
     Channel.STDERR.value: Channel.STDERR,
@@ -263,17 +262,12 @@ class ExecStream:
     # --- the link's consumer ----------------------------------------------------------------
 
     def feed_data(self, data: bytes) -> tuple[bool, bytes]:
-        listener = self._listener
-        if listener is not None and not self._ended:  # an echo: one small output frame
+        if not self._ended:  # an echo: one small data frame, taken without a `Message`
             payload = self._parser.lone_data_frame(data)
-            if payload is not None and len(payload) > 1:
-                channel = _OUTPUT_CHANNELS.get(payload[0])
-                if channel is not None:
-                    self._received += 1
-                    if self.first_output_at is None:
-                        self.first_output_at = time.monotonic()
-                    listener.on_output(channel, payload[1:])
-                    return _NO_EOF
+            if payload is not None:
+                self._received += 1
+                self._message(payload)
+                return False, b""
         try:
             messages = self._parser.feed(data)
         except ProtocolError as exc:
