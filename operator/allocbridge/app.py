@@ -29,6 +29,7 @@ from aiohttp import web
 from allocbridge.actions.lifecycle import Actions, ActionsSlot
 from allocbridge.api.context import NodeStats, PodClients
 from allocbridge.api.server import create_app as create_api_app
+from allocbridge.api.shortcut import ApiRunner
 from allocbridge.auth.base import AllowAll, Authorizer
 from allocbridge.auth.kubernetes import KubernetesAuthorizer
 from allocbridge.cluster.connection import Credentials
@@ -223,20 +224,8 @@ class Replica:
             pods=pods,
             lifecycle=self.lifecycle,
         )
-        app.on_response_prepare.append(self._close_connections_while_draining)
-        return await _serve(app, listener, shutdown_timeout=IN_FLIGHT_TIMEOUT)
-
-    async def _close_connections_while_draining(
-        self, _request: web.Request, response: web.StreamResponse
-    ) -> None:
-        """From SIGTERM on, every answer says `Connection: close`: a client's next request
-        opens a new connection, which the Service sends to a replica that stays, instead of
-        reusing a kept-alive one that the listener would cut when it closes. An upgrade's
-        answer (101, exec's WebSocket) keeps its `Connection: Upgrade`, which the client
-        checks; the WebSocket ends its connection anyway."""
-        if self.lifecycle.draining and response.status != 101:
-            response.force_close()  # the server closes it after this answer
-            response.headers["Connection"] = "close"  # headers are computed before this hook
+        # From SIGTERM on (`lifecycle.draining`) its answers close their connections.
+        return await _serve(app, listener, shutdown_timeout=IN_FLIGHT_TIMEOUT, runner=ApiRunner)
 
     def _addresses(self) -> dict[str, str]:
         return {
@@ -246,19 +235,23 @@ class Replica:
 
 
 async def _serve(
-    app: web.Application, listener: ListenerSettings, *, shutdown_timeout: float
+    app: web.Application,
+    listener: ListenerSettings,
+    *,
+    shutdown_timeout: float,
+    runner: type[web.AppRunner] = web.AppRunner,
 ) -> web.AppRunner:
-    runner = web.AppRunner(app, shutdown_timeout=shutdown_timeout, access_log=None)
-    await runner.setup()
+    served = runner(app, shutdown_timeout=shutdown_timeout, access_log=None)
+    await served.setup()
     site = web.TCPSite(
-        runner,
+        served,
         host=listener.host,
         port=listener.port,
         ssl_context=tls_context(listener),
         reuse_address=True,
     )
     await site.start()
-    return runner
+    return served
 
 
 def authorizer_for(settings: Settings) -> Authorizer:

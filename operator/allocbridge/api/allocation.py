@@ -5,6 +5,9 @@ The index is the allocation's ModifyIndex, or the store's index when it is unkno
 `read-job` on the allocation's namespace; for an unknown ID the check runs on the request's
 `namespace`, so a bad token gets 403 whether or not the ID exists.
 
+`read_at_once` is the same read for the API listener's shortcut (`api.shortcut`), which answers
+a plain request (no query options) without a task of its own when nothing needs waiting for.
+
 Deviation: a caller without `read-job` gets 403 `Permission denied`; Nomad answers 500
 `Unknown allocation "<id>"`.
 """
@@ -15,12 +18,12 @@ from aiohttp import web
 
 from allocbridge.api.answers import Answer
 from allocbridge.api.blocking import blocking_query
-from allocbridge.api.context import caller, context, synced_store
+from allocbridge.api.context import ApiContext, caller, context, synced_store
 from allocbridge.api.errors import NomadError
 from allocbridge.api.ids import parse_alloc_id
 from allocbridge.api.query import parse_query
 from allocbridge.api.routing import ALLOC_ID, Endpoint
-from allocbridge.auth import READ_JOB
+from allocbridge.auth import READ_JOB, Caller, GrantsAtOnce
 from allocbridge.store import StoredAllocation
 
 ALLOC_NOT_FOUND = "alloc not found"
@@ -46,6 +49,25 @@ async def read_allocation(request: web.Request) -> Answer:
     if alloc.namespace != checked:  # it appeared while the request was parked
         await ctx.authorizer.check(who, READ_JOB, alloc.namespace)
     return Answer(alloc.wire, encoded=alloc.wire_json, index=index)
+
+
+def read_at_once(
+    ctx: ApiContext, grants: GrantsAtOnce, path_id: str, token: str | None
+) -> StoredAllocation | None:
+    """What `read_allocation` answers a request without query options, when that answer is a
+    success known without waiting: a synced store, an ID that is found, a caller `grants`
+    allows at once. None otherwise; the handler then answers it (every error included)."""
+    store = ctx.store
+    if not store.synced:
+        return None
+    try:
+        alloc_id = parse_alloc_id(path_id)
+    except NomadError:
+        return None
+    alloc = store.get(alloc_id) if alloc_id else None
+    if alloc is None or not grants.granted(Caller(token=token), READ_JOB, alloc.namespace):
+        return None
+    return alloc
 
 
 ENDPOINTS = [Endpoint(f"/v1/allocation/{ALLOC_ID}", {"GET": read_allocation})]

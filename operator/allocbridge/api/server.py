@@ -16,12 +16,15 @@ Write endpoints slot in as modules of their own, each exporting `ENDPOINTS`, app
 what the CLI follows after a stop; `jobs` is the read-only jobs view the CLI's `-job` forms use;
 `logs` streams a task's log (`/v1/client/fs/logs/:id`), `fs` reads the allocation directory
 (`/v1/client/fs/stat|ls|cat|readat|stream/:id`) and `stats` reads the tasks' usage.
+
+Served by `shortcut.ApiRunner`, a plain single read (`GET /v1/allocation/:id`, no query, a
+warm token) is answered by `shortcut.ReadShortcut` without aiohttp's per-request machinery.
 """
 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from typing import Final
 
 from aiohttp import web
@@ -47,7 +50,8 @@ from allocbridge.api import (
 )
 from allocbridge.api.context import CONTEXT, ApiContext, PodClients, Streams
 from allocbridge.api.routing import Endpoint, add_endpoints, add_fallthroughs
-from allocbridge.auth import Authorizer
+from allocbridge.api.shortcut import SHORTCUT, ReadShortcut
+from allocbridge.auth import Authorizer, GrantsAtOnce
 from allocbridge.lifecycle import Lifecycle
 from allocbridge.store import AllocationStore
 from allocbridge.telemetry import Metrics, RouteCounts
@@ -96,25 +100,50 @@ def create_app(
     On shutdown the store's parked blocking queries are released, so they answer at once
     with their current data instead of being cut off; followed logs and files end, and exec
     sessions close with 1001, given up to `SHUTDOWN_WAIT` seconds; on cleanup, what streams left
-    running in the background gets as long, then the clients close.
+    running in the background gets as long, then the clients close. While `lifecycle` says
+    draining, every answer closes its connection (`closing_while_draining`).
     """
     app = web.Application()  # no middleware: each route counts its own requests
     counts = RouteCounts(metrics, "api")
-    app[CONTEXT] = ApiContext(
+    lifecycle = lifecycle if lifecycle is not None else Lifecycle()
+    ctx = app[CONTEXT] = ApiContext(
         store=store,
         authorizer=authorizer,
         sync_timeout=sync_timeout,
-        streams=Streams(lifecycle if lifecycle is not None else Lifecycle(), metrics),
+        streams=Streams(lifecycle, metrics),
         actions=actions if actions is not None else ActionsSlot(),
         pods=pods if pods is not None else PodClients(),
     )
     for endpoints in _ENDPOINT_MODULES:
         add_endpoints(app.router, endpoints, counts.counted)
     add_fallthroughs(app.router, counts.counted)
+    draining = closing_while_draining(lifecycle)
+    app.on_response_prepare.append(draining)
+    if isinstance(authorizer, GrantsAtOnce):
+        app[SHORTCUT] = ReadShortcut(ctx, authorizer, lifecycle, counts.record, (draining,))
     app.on_shutdown.append(_release_waiters)
     app.on_shutdown.append(_end_streams)
     app.on_cleanup.append(_close_clients)
     return app
+
+
+def closing_while_draining(
+    lifecycle: Lifecycle,
+) -> Callable[[web.Request, web.StreamResponse], Awaitable[None]]:
+    """The `on_response_prepare` hook that, from SIGTERM on (`lifecycle.draining`), makes every
+    answer say `Connection: close`: a client's next request opens a new connection, which the
+    Service sends to a replica that stays, instead of reusing a kept-alive one that the
+    listener would cut when it closes. An upgrade's answer (101, exec's WebSocket) keeps its
+    `Connection: Upgrade`, which the client checks; the WebSocket ends its connection anyway."""
+
+    async def close_connections_while_draining(
+        _request: web.Request, response: web.StreamResponse
+    ) -> None:
+        if lifecycle.draining and response.status != 101:
+            response.force_close()  # the server closes it after this answer
+            response.headers["Connection"] = "close"  # headers are computed before this hook
+
+    return close_connections_while_draining
 
 
 async def _release_waiters(app: web.Application) -> None:

@@ -18,6 +18,7 @@ from allocbridge.auth.base import (
     AuthUnavailableError,
     Caller,
     Capability,
+    GrantsAtOnce,
     PermissionDeniedError,
     extract_token,
 )
@@ -36,6 +37,7 @@ __all__ = [
     "Authorizer",
     "Caller",
     "Capability",
+    "GrantsAtOnce",
     "PermissionDeniedError",
     "extract_token",
 ]

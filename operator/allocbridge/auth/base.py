@@ -22,7 +22,7 @@ from __future__ import annotations
 import hashlib
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
-from typing import Final, Literal, Protocol
+from typing import Final, Literal, Protocol, runtime_checkable
 
 Capability = Literal[
     "read-job",
@@ -101,11 +101,24 @@ class Authorizer(Protocol):
         namespace, with no need to filter (ACLs off, or a cluster-wide grant)."""
 
 
+@runtime_checkable
+class GrantsAtOnce(Protocol):
+    """An authorizer that can say without waiting that a request is allowed: what the API's
+    read shortcut (`api.shortcut`) asks before answering without a task of its own."""
+
+    def granted(self, caller: Caller, capability: Capability, namespace: str) -> bool:
+        """True when `check` would pass without I/O (a warm cache, or no ACL); False means
+        only "not known at once": `check` decides then."""
+
+
 class AllowAll:
     """Everything is allowed: `acl { enabled = false }`, the dev default."""
 
     async def check(self, caller: Caller, capability: Capability, namespace: str) -> None:
         return None
+
+    def granted(self, caller: Caller, capability: Capability, namespace: str) -> bool:
+        return True
 
     async def allowed_namespaces(
         self, caller: Caller, capability: Capability, candidates: Iterable[str]

@@ -276,7 +276,7 @@ class KubernetesAuthorizer:
             self._reviews = None
 
     async def check(self, caller: Caller, capability: Capability, namespace: str) -> None:
-        if self._granted(caller, capability, namespace):
+        if self.granted(caller, capability, namespace):
             return
         try:
             token, user = await self._authenticate(caller)
@@ -294,14 +294,14 @@ class KubernetesAuthorizer:
     async def allowed_namespaces(
         self, caller: Caller, capability: Capability, candidates: Iterable[str]
     ) -> frozenset[str] | None:
-        if self._granted(caller, capability, CLUSTER_WIDE):
+        if self.granted(caller, capability, CLUSTER_WIDE):
             return None
         try:
             return await self._allowed_namespaces(caller, capability, candidates)
         except UnavailableError as exc:
             raise AuthUnavailableError(f"cannot review the token now: {exc}") from exc
 
-    def _granted(self, caller: Caller, capability: str, namespace: str) -> bool:
+    def granted(self, caller: Caller, capability: str, namespace: str) -> bool:
         """True when the caches alone grant it: a token already reviewed and allowed.
 
         The path of nearly every request, taken without a coroutine; anything else (a miss, a
