@@ -19,6 +19,7 @@ import pytest
 from aiohttp import web
 from allocations_fixture import SAMPLE, sample_store
 
+from allocbridge.api import shortcut as shortcut_module
 from allocbridge.api.server import create_app
 from allocbridge.api.shortcut import ROUTE, SHORTCUT, ApiRunner
 from allocbridge.auth import AllowAll
@@ -70,6 +71,7 @@ async def serve(
     extra_hook: bool = False,
     acl: bool = True,
     sync_timeout: float = 10.0,
+    access_log: bool = False,
 ) -> tuple[web.AppRunner, Listener]:
     metrics, lifecycle = Metrics(), Lifecycle()
     authorizer = KubernetesAuthorizer(backend=Reviews()) if acl else AllowAll()
@@ -90,7 +92,9 @@ async def serve(
             return None
 
         app.on_response_prepare.append(another_hook)
-    runner = (ApiRunner if with_shortcut else web.AppRunner)(app, access_log=None)
+    kind = ApiRunner if with_shortcut else web.AppRunner
+    # Without `access_log`, aiohttp's runner writes its access log.
+    runner = kind(app) if access_log else kind(app, access_log=None)
     await runner.setup()
     site = web.TCPSite(runner, "127.0.0.1", 0)
     await site.start()
@@ -327,3 +331,53 @@ async def test_an_unsynced_store_is_answered_by_aiohttp() -> None:
     # aiohttp's way waits for the first full list, then answers 503.
     assert cold.startswith(b"HTTP/1.1 503") and warm == cold
     assert listener.shortcut_answers == []
+
+
+async def plain_reads(listener: Listener, count: int = 3) -> list[bytes]:
+    connection = await Connection.open(listener.port)
+    try:
+        return await connection.exchange(*[get(f"/v1/allocation/{FIRST}")] * count)
+    finally:
+        await connection.close()
+
+
+async def test_an_access_log_turns_the_shortcut_off() -> None:
+    """The shortcut writes no access log line, so a runner that logs does not use it."""
+    runner, listener = await serve(sample_store(), with_shortcut=True, access_log=True)
+    try:
+        answers = await plain_reads(listener)
+    finally:
+        await runner.cleanup()
+    assert all(answer.startswith(b"HTTP/1.1 200 OK") for answer in answers)
+    assert listener.shortcut_answers == []
+
+
+async def test_missing_aiohttp_internals_turn_the_shortcut_off(
+    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    monkeypatch.setattr(shortcut_module, "_INTERNALS", (*shortcut_module._INTERNALS, "_gone"))
+    runner, listener = await serve(sample_store(), with_shortcut=True)
+    try:
+        answers = await plain_reads(listener)
+    finally:
+        await runner.cleanup()
+    assert all(answer.startswith(b"HTTP/1.1 200 OK") for answer in answers)
+    assert listener.shortcut_answers == []
+    assert "the read shortcut is off: aiohttp lacks _gone" in caplog.text
+
+
+async def test_a_fault_in_the_shortcut_is_answered_the_ordinary_way(
+    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    def broken(self: object, target: str, headers: object) -> bytes | None:
+        raise RuntimeError("broken shortcut")
+
+    monkeypatch.setattr(shortcut_module.ReadShortcut, "answer", broken)
+    runner, listener = await serve(sample_store(), with_shortcut=True)
+    try:
+        answers = await plain_reads(listener)
+    finally:
+        await runner.cleanup()
+    assert all(answer.startswith(b"HTTP/1.1 200 OK") for answer in answers)
+    assert listener.shortcut_answers == []
+    assert "the read shortcut failed; answering the ordinary way" in caplog.text
