@@ -34,7 +34,7 @@ from typing import Any, Final
 
 from aiohttp import web
 from aiohttp.helpers import rfc822_formatted_time
-from aiohttp.http import SERVER_SOFTWARE, HttpVersion11
+from aiohttp.http import SERVER_SOFTWARE, HttpRequestParser, HttpVersion11
 from aiohttp.streams import EMPTY_PAYLOAD
 from aiohttp.web_protocol import RequestHandler, _ErrInfo
 
@@ -50,7 +50,8 @@ log = logging.getLogger(__name__)
 ROUTE: Final = "/v1/allocation/{alloc_id}"
 _TARGET: Final = re.compile(r"/v1/allocation/([0-9a-fA-F-]{36})")
 _JSON_HEADERS: Final = "Content-Type: application/json\r\nContent-Length: "
-#: `RequestHandler` attributes the shortcut reads or sets (aiohttp 3.14's names).
+#: `RequestHandler` attributes the shortcut reads or sets (aiohttp 3.14's names; the parser's
+#: `message_consumed` too).
 _INTERNALS: Final = (
     "_waiter",
     "_messages",
@@ -215,6 +216,8 @@ def usable(app: web.Application, shortcut: ReadShortcut) -> bool:
     if list(app.on_response_prepare) != list(shortcut.prepare_hooks) or app.middlewares:
         return False
     missing = [name for name in _INTERNALS if not hasattr(RequestHandler, name)]
+    if not hasattr(HttpRequestParser, "message_consumed"):
+        missing.append("HttpRequestParser.message_consumed")
     if missing:
         log.warning("the read shortcut is off: aiohttp lacks %s", ", ".join(missing))
         return False
