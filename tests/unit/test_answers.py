@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import logging
 from collections.abc import AsyncIterator
 from typing import Any
 
@@ -204,3 +205,52 @@ async def test_a_streamed_array_shorter_than_its_stated_length_ends_its_connecti
     with pytest.raises(aiohttp.ClientPayloadError):
         await asyncio.wait_for(response.read(), 10)
     assert "a list body's length differs from its Content-Length" in caplog.text
+
+
+async def test_a_client_leaving_mid_list_ends_only_its_own_answer(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """A client that drops the connection in the middle of a long list (more than the socket
+    buffers hold, so the server is still sending) costs nothing else: the handler finishes, no
+    error is logged as the server's fault, and the next client gets the whole body, exact."""
+    item = b'{"A":"' + b"x" * 1000 + b'"}'
+    count = 20_000  # about 20 MB: several pieces, well beyond loopback's socket buffers
+    array = encoding.Fragments([b"[" + item, *[item] * (count - 2), item + b"]"], b",")
+    body = b"[" + b",".join([item] * count) + b"]"
+    finished: list[int] = []
+
+    async def large(request: web.Request) -> Answer:
+        return Answer(array=array, index=3)
+
+    @web.middleware
+    async def count_finished(request: web.Request, handler: Any) -> web.StreamResponse:
+        try:
+            response: web.StreamResponse = await handler(request)
+            return response
+        finally:
+            finished.append(1)
+
+    app = web.Application(middlewares=[count_finished])
+    add_endpoints(app.router, [Endpoint("/large", {"GET": large})])
+    server = TestServer(app)
+    await server.start_server()
+    try:
+        reader, writer = await asyncio.open_connection(server.host, server.port)
+        writer.write(b"GET /large HTTP/1.1\r\nHost: test\r\n\r\n")
+        assert (await reader.readexactly(15)) == b"HTTP/1.1 200 OK"
+        await reader.readexactly(65536)
+        writer.transport.abort()
+        for _ in range(100):
+            if finished:
+                break
+            await asyncio.sleep(0.1)
+        assert finished == [1]
+        async with (
+            aiohttp.ClientSession() as session,
+            session.get(server.make_url("/large")) as response,
+        ):
+            assert response.headers["Content-Length"] == str(len(body))
+            assert await response.read() == body
+    finally:
+        await server.close()
+    assert not [record for record in caplog.records if record.levelno >= logging.ERROR]
