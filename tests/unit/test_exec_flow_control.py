@@ -73,8 +73,8 @@ class FirehoseStream:
             self.paused = False
             asyncio.get_running_loop().call_soon(self._produce)
 
-    def write_stdin(self, data: bytes) -> None:
-        pass
+    def write_stdin(self, data: bytes) -> bool:
+        return False  # never more than HIGH_WATER waiting
 
     def write_close_stdin(self) -> bool:
         return True

@@ -24,9 +24,11 @@ from allocbridge.cluster.connection import Credentials
 from allocbridge.cluster.errors import NotFoundError
 from allocbridge.cluster.execlink import SocketLink
 from allocbridge.cluster.podexec import (
+    HIGH_WATER,
     PROTOCOL_V5,
     Channel,
     ContainerNotRunningError,
+    ExecStream,
     Exited,
     Output,
     OutputClosed,
@@ -259,4 +261,34 @@ async def test_every_record_comes_out_however_its_bytes_arrive(tmp_path: Path) -
         assert not collected.ended
     finally:
         link.close()
+        theirs.close()
+
+
+async def test_writes_tell_how_much_waits_for_the_api_server() -> None:
+    """`SocketLink.write` answers the bytes it holds back while the socket takes no more, and
+    `ExecStream.write_stdin` whether they are over `HIGH_WATER` (when the relay stops reading
+    its client); a closed link takes nothing and holds nothing."""
+    ours, theirs = socket.socketpair()
+    ours.setblocking(False)
+    link = SocketLink(ours)
+    stream = ExecStream(link, PROTOCOL_V5)
+    chunk = bytes(64 * 1024)
+    try:
+        assert link.write(b"taken at once") == 0
+        waiting = 0
+        for _ in range(1000):  # until the socket's buffers are full
+            waiting = link.write(chunk)
+            if waiting:
+                break
+        assert 0 < waiting == link.get_write_buffer_size() <= len(chunk)
+        over = []
+        for _ in range(HIGH_WATER // len(chunk) + 2):
+            over.append(stream.write_stdin(chunk))
+        assert over[0] is False and over[-1] is True
+        assert link.get_write_buffer_size() > HIGH_WATER
+        await stream.close()
+        assert link.write(b"more") == 0
+        assert stream.write_stdin(b"x") is False
+        assert link.get_write_buffer_size() == 0
+    finally:
         theirs.close()

@@ -145,8 +145,9 @@ class CatStream:
             self.exited = True
             self.listener.on_end(None)
 
-    def write_stdin(self, data: bytes) -> None:
+    def write_stdin(self, data: bytes) -> bool:
         self._emit(Output(Channel.STDOUT, data))
+        return False  # never more than HIGH_WATER waiting
 
     def write_close_stdin(self) -> bool:
         self._emit(Exited(0))

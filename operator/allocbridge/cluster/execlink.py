@@ -42,6 +42,17 @@ class Consumer(Protocol):
     def feed_eof(self) -> None: ...
 
 
+class _Records(Protocol):
+    """The calls the stream makes of a TLS session once it is set up: `ssl.SSLObject`'s, or
+    those of the C object under it, which they hand on to unchanged (`SocketLink.wrap`)."""
+
+    def read(self, size: int) -> bytes: ...
+
+    def write(self, data: bytes) -> int: ...
+
+    def pending(self) -> int: ...
+
+
 class LinkError(OSError):
     """The connection or its upgrade failed before the stream began."""
 
@@ -61,6 +72,7 @@ class SocketLink:
         self._sock = sock
         self._fd = sock.fileno()
         self._tls = tls
+        self._records: _Records | None = tls
         self._incoming = ssl.MemoryBIO()
         self._outgoing = ssl.MemoryBIO()
         self._buffer = bytearray(READ_SIZE)
@@ -75,9 +87,14 @@ class SocketLink:
 
     @classmethod
     def wrap(cls, sock: socket.socket, tls: ssl.SSLContext, server_hostname: str) -> SocketLink:
-        """A link whose bytes go through a TLS session (handshake with `handshake`)."""
+        """A link whose bytes go through a TLS session (handshake with `handshake`).
+
+        A keystroke's and an echo's records are read and written on the C object under the
+        `ssl.SSLObject` (`_sslobj`, whose methods the SSLObject's own only call), which skips a
+        Python call per record and per check of what is pending."""
         link = cls(sock)
         link._tls = tls.wrap_bio(link._incoming, link._outgoing, server_hostname=server_hostname)
+        link._records = getattr(link._tls, "_sslobj", None) or link._tls
         return link
 
     # --- before the stream: awaited steps ----------------------------------------------------
@@ -165,8 +182,8 @@ class SocketLink:
         record raises SSLWantReadError, which cost more than a keystroke's decryption, and a
         read asked for `READ_SIZE` has Python allocate that much for every record (bulk
         output's records of 16 KiB)."""
-        assert self._tls is not None
-        tls = self._tls
+        tls = self._records
+        assert tls is not None
         incoming = self._incoming
         chunks = []
         while waiting := incoming.pending + tls.pending():
@@ -204,18 +221,21 @@ class SocketLink:
 
     # --- writing -------------------------------------------------------------------------------
 
-    def write(self, data: bytes) -> None:
+    def write(self, data: bytes) -> int:
+        """Send `data` (encrypted) now, keeping what the socket cannot take; the bytes that
+        then wait to be sent. A closing link takes nothing."""
         if self._closing or not data:
-            return
-        if self._tls is None:
+            return self._out_size
+        if self._records is None:
             self._send_raw(data)
-            return
+            return self._out_size
         try:
-            self._tls.write(data)
+            self._records.write(data)
         except ssl.SSLError as exc:  # a renegotiation's want-read included: not offered here
             self._lost(exc)
-            return
+            return 0
         self._send_raw(self._outgoing.read())
+        return self._out_size
 
     def _send_raw(self, data: bytes) -> None:
         if not data or self._closing:
@@ -335,8 +355,14 @@ class AiohttpLink:
             consumer.feed_data(leftover)
         self._handler.set_parser(consumer, _Payload(consumer))
 
-    def write(self, data: bytes) -> None:
-        self._transport.write(data)
+    def write(self, data: bytes) -> int:
+        """As `SocketLink.write`: nothing once the transport is closing (asyncio's would
+        still buffer it)."""
+        transport = self._transport
+        if transport.is_closing():
+            return 0
+        transport.write(data)
+        return transport.get_write_buffer_size()
 
     def get_write_buffer_size(self) -> int:
         return self._transport.get_write_buffer_size()

@@ -243,7 +243,10 @@ class ExecStream:
         self.asked_at = asked_at
         self.first_output_at: float | None = None
         self._parser = FrameParser(masked=False, max_message=MAX_MESSAGE)
-        self._random = random.Random()
+        #: Client frames' masking keys: 4 random bytes each from a generator of the stream's
+        #: own, its `getrandbits` held and called as `Random.randbytes` calls it (one Python
+        #: call less per keystroke).
+        self._mask_bits = random.Random().getrandbits
         self._stdin_closed = False
         self._exited = False  # the status arrived: the process is gone
         self._ended = False
@@ -293,7 +296,10 @@ class ExecStream:
     # --- frames ------------------------------------------------------------------------------
 
     def _message(self, message: bytes) -> None:
-        channel, payload = decode_frame(message)
+        if not message:  # no channel: nothing to do (`decode_frame`'s -1)
+            return
+        channel = message[0]
+        payload = message[1:]
         output = _OUTPUT_CHANNELS.get(channel)
         if output is not None:
             if payload:
@@ -354,7 +360,7 @@ class ExecStream:
             return
         if opcode == OP_CLOSE:
             self._close_sent = True
-        self._link.write(encode(opcode, payload, self._random.randbytes(4)))
+        self._link.write(encode(opcode, payload, self._mask_bits(32).to_bytes(4, "little")))
 
     # --- the heartbeat: a ping when the API server was quiet, and a deadline for any answer -
 
@@ -393,12 +399,13 @@ class ExecStream:
         """Bytes written and not yet taken by the API server."""
         return self._link.get_write_buffer_size()
 
-    def write_stdin(self, data: bytes) -> None:
-        """Send `data` to the process's stdin now (see `drain` for flow control)."""
+    def write_stdin(self, data: bytes) -> bool:
+        """Send `data` to the process's stdin now; True when more than `HIGH_WATER` bytes then
+        wait to go to the API server (see `drain`). A link that is closing takes nothing."""
         if data and not self._stdin_closed and not self._close_sent:
-            link = self._link
-            if not link.is_closing():
-                link.write(encode(OP_BINARY, _STDIN_BYTE + data, self._random.randbytes(4)))
+            key = self._mask_bits(32).to_bytes(4, "little")
+            return self._link.write(encode(OP_BINARY, _STDIN_BYTE + data, key)) > HIGH_WATER
+        return False
 
     def write_resize(self, width: int, height: int) -> None:
         self._write(OP_BINARY, encode_resize(width, height))
