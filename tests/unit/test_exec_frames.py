@@ -11,7 +11,6 @@ from allocbridge.api.exec import parse_command, parse_flag
 from allocbridge.cluster.podexec import (
     Channel,
     ExecError,
-    decode_frame,
     encode_close,
     encode_frame,
     encode_resize,
@@ -295,9 +294,6 @@ def test_a_long_reason_keeps_its_start_and_its_cause_at_the_end() -> None:
 def test_channel_frames() -> None:
     assert encode_frame(Channel.STDIN, b"abc") == b"\x00abc"
     assert encode_close(Channel.STDIN) == b"\xff\x00"
-    assert decode_frame(b"\x01out") == (1, b"out")
-    assert decode_frame(b"\x02") == (2, b"")
-    assert decode_frame(b"") == (-1, b"")
 
 
 def test_resize_is_kubernetes_terminal_size() -> None:

@@ -169,13 +169,6 @@ def encode_resize(width: int, height: int) -> bytes:
     return encode_frame(Channel.RESIZE, json.dumps({"Width": width, "Height": height}).encode())
 
 
-def decode_frame(message: bytes) -> tuple[int, bytes]:
-    """(channel, payload); an empty message is channel -1 with no payload."""
-    if not message:
-        return -1, b""
-    return message[0], message[1:]
-
-
 def exit_code_from_status(payload: bytes) -> int:
     """The exit code a status message reports; raises ExecError for any other failure."""
     try:
@@ -296,7 +289,7 @@ class ExecStream:
     # --- frames ------------------------------------------------------------------------------
 
     def _message(self, message: bytes) -> None:
-        if not message:  # no channel: nothing to do (`decode_frame`'s -1)
+        if not message:  # no channel byte: nothing to do
             return
         channel = message[0]
         payload = message[1:]
