@@ -47,11 +47,11 @@ from allocbridge.model.allocstatus import (
 from allocbridge.model.placement import KnownNode, node_fields
 from allocbridge.model.spec import AllocationSpec
 from allocbridge.model.status import KubeEvent, derive, parse_time_ns, validation_failed
-from allocbridge.model.validation import parse_and_validate
 from allocbridge.reconcile.kubeevents import kube_event
 from allocbridge.reconcile.observed import Observed, key_of
 from allocbridge.reconcile.queue import Key, WorkQueue
 from allocbridge.reconcile.schedules import follow_schedules
+from allocbridge.reconcile.specs import SharedSpecs
 from allocbridge.reconcile.writes import (
     DEFAULT_COALESCE,
     DEFAULT_START_HOLD,
@@ -97,8 +97,10 @@ class Reconciler:
         self.nodes: dict[str, KnownNode] = {}  # by name, kept current by `node_event`
         self.verify: set[Key] = set()  # next pass reads the pod: it was (re-)listed
         self.first_versions: dict[Key, int] = {}  # createIndex of allocations not written yet
-        # Parsed specs by allocation, with the (uid, generation) they were parsed from.
+        # Parsed specs by allocation, with the (uid, generation) they were parsed from; the
+        # parses themselves are shared by allocations with equal specs (`shared_specs`).
         self.specs: dict[Key, tuple[tuple[str, Any], AllocationSpec | None, list[str]]] = {}
+        self.shared_specs = SharedSpecs()
 
     @property
     def timers(self) -> dict[Key, asyncio.TimerHandle]:
@@ -332,15 +334,16 @@ class Reconciler:
 
     def _spec(self, alloc: Json) -> tuple[AllocationSpec | None, list[str]]:
         """The parsed and validated spec, once per object: the spec is immutable (the CRD
-        refuses changes), and parsing it was a third of a pass's CPU."""
+        refuses changes), and parsing it was a third of a pass's CPU; once per distinct spec,
+        too (see `specs`)."""
         meta = alloc["metadata"]
         key = (meta["namespace"], meta["name"])
         version = (str(meta.get("uid", "")), meta.get("generation"))
         cached = self.specs.get(key)
         if cached is not None and cached[0] == version:
             return cached[1], cached[2]
-        spec, found = parse_and_validate(alloc.get("spec") or {})
-        problems = [str(p) for p in found]
+        spec, found = self.shared_specs.parse(alloc.get("spec") or {})
+        problems = list(found)
         self.specs[key] = (version, spec, problems)
         return spec, problems
 
