@@ -341,28 +341,27 @@ async def plain_reads(listener: Listener, count: int = 3) -> list[bytes]:
         await connection.close()
 
 
-async def test_an_access_log_turns_the_shortcut_off() -> None:
-    """The shortcut writes no access log line, so a runner that logs does not use it."""
-    runner, listener = await serve(sample_store(), with_shortcut=True, access_log=True)
+async def answered_without_the_shortcut(*, access_log: bool = False) -> None:
+    """Plain reads to a listener built with the shortcut succeed, all answered aiohttp's way."""
+    runner, listener = await serve(sample_store(), with_shortcut=True, access_log=access_log)
     try:
         answers = await plain_reads(listener)
     finally:
         await runner.cleanup()
     assert all(answer.startswith(b"HTTP/1.1 200 OK") for answer in answers)
     assert listener.shortcut_answers == []
+
+
+async def test_an_access_log_turns_the_shortcut_off() -> None:
+    """The shortcut writes no access log line, so a runner that logs does not use it."""
+    await answered_without_the_shortcut(access_log=True)
 
 
 async def test_missing_aiohttp_internals_turn_the_shortcut_off(
     monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
 ) -> None:
     monkeypatch.setattr(shortcut_module, "_INTERNALS", (*shortcut_module._INTERNALS, "_gone"))
-    runner, listener = await serve(sample_store(), with_shortcut=True)
-    try:
-        answers = await plain_reads(listener)
-    finally:
-        await runner.cleanup()
-    assert all(answer.startswith(b"HTTP/1.1 200 OK") for answer in answers)
-    assert listener.shortcut_answers == []
+    await answered_without_the_shortcut()
     assert "the read shortcut is off: aiohttp lacks _gone" in caplog.text
 
 
@@ -373,11 +372,5 @@ async def test_a_fault_in_the_shortcut_is_answered_the_ordinary_way(
         raise RuntimeError("broken shortcut")
 
     monkeypatch.setattr(shortcut_module.ReadShortcut, "answer", broken)
-    runner, listener = await serve(sample_store(), with_shortcut=True)
-    try:
-        answers = await plain_reads(listener)
-    finally:
-        await runner.cleanup()
-    assert all(answer.startswith(b"HTTP/1.1 200 OK") for answer in answers)
-    assert listener.shortcut_answers == []
+    await answered_without_the_shortcut()
     assert "the read shortcut failed; answering the ordinary way" in caplog.text
