@@ -5,11 +5,14 @@ iptables chains and the jumps to them, network links, mounts, `kubepods` cgroups
 hard-coded paths (docs/real-node.md lists them). `HostSnapshot.take()` records the state that
 existed before; `HostSnapshot.undo()` removes what was added since, and only that, so the
 machine is left as it was found even after a crash of the node's processes.
+`SavedSnapshot` keeps a snapshot on disk while its node runs, so that when the run is killed
+(and `undo()` never runs) the next node's start can undo it.
 """
 
 from __future__ import annotations
 
 import contextlib
+import json
 import logging
 import os
 import shlex
@@ -19,6 +22,7 @@ import subprocess
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 log = logging.getLogger(__name__)
 
@@ -77,6 +81,34 @@ class HostSnapshot:
         snapshot.paths = {p for p in GLOBAL_PATHS if os.path.lexists(p)}
         return snapshot
 
+    def to_json(self) -> dict[str, Any]:
+        """A JSON value of the snapshot: sets become sorted lists, (tool, table) "tool table"."""
+        return {
+            "sysctls": dict(sorted(self.sysctls.items())),
+            "chains": _tables_to_json(self.chains),
+            "rules": _tables_to_json(self.rules),
+            "links": sorted(self.links),
+            "paths": sorted(self.paths),
+        }
+
+    @classmethod
+    def from_json(cls, value: object) -> HostSnapshot:
+        """The snapshot `to_json` gave; ValueError naming the field when it is not one."""
+        if not isinstance(value, dict):
+            raise ValueError("a snapshot must be a JSON object")
+        sysctls = value.get("sysctls")
+        if not isinstance(sysctls, dict) or not all(
+            isinstance(k, str) and isinstance(v, str) for k, v in sysctls.items()
+        ):
+            raise ValueError("sysctls must be an object of strings")
+        return cls(
+            sysctls=dict(sysctls),
+            chains=_tables_from_json(value.get("chains"), "chains"),
+            rules=_tables_from_json(value.get("rules"), "rules"),
+            links=set(_strings(value.get("links"), "links")),
+            paths=set(_strings(value.get("paths"), "paths")),
+        )
+
     def undo(self, *, state_dirs: list[Path], marker: str) -> list[str]:
         """Remove what was added since `take()`; returns what it found to remove.
 
@@ -129,6 +161,68 @@ class HostSnapshot:
                 for chain in added:
                     found.append(f"{tool} -t {table} chain {chain}")
         return found
+
+
+@dataclass
+class SavedSnapshot:
+    """A running node's snapshot and what its `undo` needs, kept in a file until the node
+    stops: a killed run never stops, and the next start (which cannot know the dead run's
+    folder) undoes it from this file."""
+
+    snapshot: HostSnapshot
+    state_dirs: list[Path]
+    marker: str
+
+    def save(self, path: Path) -> None:
+        """Write the file whole or not at all (a kill may come at any moment): temp + rename."""
+        value = {
+            "snapshot": self.snapshot.to_json(),
+            "state_dirs": [str(d) for d in self.state_dirs],
+            "marker": self.marker,
+        }
+        tmp = path.with_name(path.name + ".tmp")
+        tmp.write_text(json.dumps(value, indent=1))
+        os.replace(tmp, path)
+
+    @classmethod
+    def load(cls, path: Path) -> SavedSnapshot:
+        """The file `save` wrote; OSError when unreadable, ValueError when not such a file."""
+        value = json.loads(path.read_text())
+        if not isinstance(value, dict):
+            raise ValueError("not a JSON object")
+        marker = value.get("marker")
+        if not isinstance(marker, str) or not marker:
+            raise ValueError("marker must be a non-empty string")
+        return cls(
+            snapshot=HostSnapshot.from_json(value.get("snapshot")),
+            state_dirs=[Path(d) for d in _strings(value.get("state_dirs"), "state_dirs")],
+            marker=marker,
+        )
+
+    def undo(self) -> list[str]:
+        return self.snapshot.undo(state_dirs=self.state_dirs, marker=self.marker)
+
+
+def _tables_to_json(tables: dict[tuple[str, str], set[str]]) -> dict[str, list[str]]:
+    return {f"{tool} {table}": sorted(lines) for (tool, table), lines in sorted(tables.items())}
+
+
+def _tables_from_json(value: object, what: str) -> dict[tuple[str, str], set[str]]:
+    if not isinstance(value, dict):
+        raise ValueError(f"{what} must be an object of 'tool table' keys")
+    tables: dict[tuple[str, str], set[str]] = {}
+    for key, lines in value.items():
+        tool, _, table = str(key).partition(" ")
+        if not tool or not table or " " in table:
+            raise ValueError(f"{what}: {key!r} is not 'tool table'")
+        tables[(tool, table)] = set(_strings(lines, f"{what} {key}"))
+    return tables
+
+
+def _strings(value: object, what: str) -> list[str]:
+    if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
+        raise ValueError(f"{what} must be a list of strings")
+    return list(value)
 
 
 def links() -> list[str]:

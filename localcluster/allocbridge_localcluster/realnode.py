@@ -10,7 +10,8 @@ Networking stays on this machine: one bridge (`BRIDGE`) holds the node IP and is
 bridge of the pods' /24; service ClusterIPs are routed to it. Only one real node runs on a
 machine at a time (the kubelet hard-codes some host paths): `start()` takes a machine-wide lock.
 `stop()` removes the pods' containers, stops every process (shims included), unmounts, and
-undoes what `hoststate.HostSnapshot` recorded.
+undoes what `hoststate.HostSnapshot` recorded. The snapshot is also kept in `SNAPSHOT_FILE`
+while the node runs: a killed run never reaches `stop()`, and the next `start()` undoes it.
 """
 
 from __future__ import annotations
@@ -30,6 +31,7 @@ import yaml
 
 from .hoststate import (
     HostSnapshot,
+    SavedSnapshot,
     kill_cgroup_processes,
     kill_marked_processes,
     mounts,
@@ -64,6 +66,9 @@ NODE_BINARIES = ("kubelet", "kube-proxy", "containerd", "containerd-shim-runc-v2
 RUNC = "/usr/sbin/runc"
 CNI_BIN = "/usr/lib/cni"
 _LOCK = Path("/run/allocbridge-real-node.lock")
+# The running node's snapshot, machine-wide beside the lock: every run has a folder of its own,
+# so only a file here tells the next start what a killed run changed.
+SNAPSHOT_FILE = Path("/run/allocbridge-real-node.json")
 _PREREQUISITES_HINT = "`make controlplane` builds the node's binaries and installs its packages"
 
 
@@ -135,8 +140,12 @@ class RealNode:
         if reason:
             raise RealNodeUnavailableError(reason)
         self._take_lock()
+        undo_killed_run(SNAPSHOT_FILE)
         self._end_leftovers()
         self._snapshot = HostSnapshot.take()
+        SavedSnapshot(self._snapshot, [self.folder], str(self.containerd_socket)).save(
+            SNAPSHOT_FILE
+        )
         self.folder.mkdir(parents=True)
         self._create_bridge()
         self._allow_node_role()
@@ -172,6 +181,7 @@ class RealNode:
             )
             log.info("real node %s: undid %d host changes", self.name, len(undone))
             self._snapshot = None
+            SNAPSHOT_FILE.unlink(missing_ok=True)
         _remove_unmounted(self.folder)
         with contextlib.suppress(ApiError, OSError):
             self._api.delete(f"/api/v1/nodes/{self.name}")
@@ -463,6 +473,40 @@ disabled_plugins = ["io.containerd.snapshotter.v1.btrfs", "io.containerd.snapsho
                 if time.monotonic() > deadline:
                     break
                 time.sleep(0.1)
+
+
+def undo_killed_run(path: Path) -> list[str]:
+    """Undo what the node that saved `path` changed, when it ended without `stop()`.
+
+    Call it holding the lock: then no node runs, and a file left at `path` is a killed run's.
+    Its processes go (those naming its containerd socket, as `stop()` ends shims, and those
+    started with a `--config=` in its folder: a containerd, kubelet or kube-proxy that
+    outlived the run, which no stranger's command line names), then everything
+    added to the host since its snapshot, then its folder unless something is still mounted
+    there. An unreadable file is reported and dropped: it must never stop a start.
+    """
+    if not path.exists():
+        return []
+    try:
+        saved = SavedSnapshot.load(path)
+    except (OSError, ValueError) as err:
+        log.warning("ignoring %s, the snapshot of an earlier real node: %s", path, err)
+        path.unlink(missing_ok=True)
+        return []
+    killed = [p for d in saved.state_dirs for p in kill_marked_processes(f"--config={d}/")]
+    if killed:
+        time.sleep(0.5)  # let the kernel release their mounts and links
+    undone = killed + saved.undo()
+    for folder in saved.state_dirs:
+        _remove_unmounted(folder)
+    log.warning(
+        "a real node (%s) ended without stopping; undid %d host changes it left:%s",
+        ", ".join(str(d) for d in saved.state_dirs),
+        len(undone),
+        "".join(f"\n  {change}" for change in undone) or " none",
+    )
+    path.unlink(missing_ok=True)
+    return undone
 
 
 def _remove_unmounted(folder: Path) -> None:
