@@ -132,8 +132,8 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     timing.add_argument(
         "--keystrokes",
         type=int,
-        default=1000,
-        help="timed keystrokes per side (interactive; p99 of 200 is the third-largest sample)",
+        default=3000,
+        help="timed keystrokes per side (interactive; p99 of 3000 is the 30th-largest sample)",
     )
     timing.add_argument(
         "--shell-sessions", type=int, default=10, help="shell sessions per side (interactive)"
