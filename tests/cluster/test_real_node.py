@@ -10,7 +10,10 @@ network links, iptables rules, sysctls and the host paths a kubelet writes.
 from __future__ import annotations
 
 import json
+import os
+import signal
 import urllib.request
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -21,7 +24,11 @@ from running_operator import (
 )
 
 from allocbridge_localcluster import hoststate, realnode
+from allocbridge_localcluster.binaries import default_bin_dir
+from allocbridge_localcluster.cluster import SERVICE_CIDR
 from allocbridge_localcluster.kubectl import eventually
+from allocbridge_localcluster.pki import Pki
+from allocbridge_localcluster.restclient import ApiError
 
 pytestmark = pytest.mark.cluster
 
@@ -120,6 +127,25 @@ def host_view(node: realnode.RealNode) -> dict[str, Any]:
     }
 
 
+def give_work(kubectl: Any, ns: str) -> None:
+    """A namespace of the real node with the web pod and a Service: mounts, veths, portmap
+    and kube-proxy rules on the host."""
+    kubectl.apply(
+        {
+            "apiVersion": "v1",
+            "kind": "Namespace",
+            "metadata": {"name": ns, "annotations": realnode.NAMESPACE_ANNOTATIONS},
+        }
+    )
+    eventually(
+        lambda: kubectl("get", "sa", "default", "-n", ns, check=False).returncode == 0,
+        what="the namespace's ServiceAccount",
+    )
+    kubectl.apply(web_pod(ns))
+    kubectl("wait", "-n", ns, "--for=condition=Ready", "pod/web", "--timeout=60s")
+    kubectl("expose", "pod", "web", "-n", ns, "--port=80", "--target-port=8080")
+
+
 def test_stopping_the_node_leaves_nothing_behind(cluster: Any, kubectl: Any) -> None:
     """Stop the session's node, look at the machine, start a node and give it work (a pod with
     a volume, a host port and a Service), stop it, and look again: the two views are equal.
@@ -131,20 +157,7 @@ def test_stopping_the_node_leaves_nothing_behind(cluster: Any, kubectl: Any) -> 
         cluster.start_real_node()
         node = real_node(cluster)
         ns = f"leftovers-{node.name}"
-        kubectl.apply(
-            {
-                "apiVersion": "v1",
-                "kind": "Namespace",
-                "metadata": {"name": ns, "annotations": realnode.NAMESPACE_ANNOTATIONS},
-            }
-        )
-        eventually(
-            lambda: kubectl("get", "sa", "default", "-n", ns, check=False).returncode == 0,
-            what="the namespace's ServiceAccount",
-        )
-        kubectl.apply(web_pod(ns))
-        kubectl("wait", "-n", ns, "--for=condition=Ready", "pod/web", "--timeout=60s")
-        kubectl("expose", "pod", "web", "-n", ns, "--port=80", "--target-port=8080")
+        give_work(kubectl, ns)
         during = host_view(node)
         changed = [key for key in before if before[key] != during[key]]
         for expected in ("processes", "mounts", "kubepods cgroups", "links", "iptables rules"):
@@ -155,6 +168,78 @@ def test_stopping_the_node_leaves_nothing_behind(cluster: Any, kubectl: Any) -> 
         left = {key: (before[key], after[key]) for key in before if before[key] != after[key]}
         assert not left, "left behind: " + json.dumps(left, indent=1, default=str)[:4000]
     finally:
+        if getattr(cluster, "real_node", None) is None:
+            cluster.start_real_node()
+
+
+def wait_for(check: Callable[[], bool], what: str) -> None:
+    """A node's waiter as the cluster's is: an API error (its Node not registered yet) is a
+    not yet."""
+
+    def checked() -> bool:
+        try:
+            return check()
+        except ApiError:
+            return False
+
+    eventually(checked, timeout=120, what=what)
+
+
+def test_a_killed_runs_node_is_undone_by_the_next_start_in_another_folder(
+    cluster: Any, kubectl: Any, tmp_path_factory: pytest.TempPathFactory
+) -> None:
+    """Stop the session's node and look at the machine; start a node in a folder of its own,
+    give it work, and kill it as a SIGKILL of its run would (its components die, the shims
+    stay, `stop()` never runs, its lock is released); the machine now differs. Then the
+    session's node starts in its own, other folder and stops: the machine is as before."""
+    session = real_node(cluster)
+    cluster.stop_real_node()
+    killed = realnode.RealNode(
+        tmp_path_factory.mktemp("killed") / "node",
+        bin_dir=cluster.binaries.kubectl.parent,
+        image_cache=default_bin_dir().parent.parent / "images",
+        server=cluster.server,
+        pki=Pki(cluster.state_dir / "pki"),
+        admin_kubeconfig=cluster.kubeconfig,
+        api=cluster.api,
+        service_cidr=SERVICE_CIDR,
+        dedicated=True,
+        name=session.name,
+    )
+    ns = f"killed-{killed.name}"
+    try:
+        before = host_view(killed)
+        assert not realnode.SNAPSHOT_FILE.exists(), "a stopped node removes its snapshot"
+        killed.start(wait_for)
+        give_work(kubectl, ns)
+        for process in killed.processes:
+            os.kill(process.pid, signal.SIGKILL)
+            process.popen.wait(10)
+        # What the dead run's exit would do: its lock goes; its `stop()` becomes a no-op.
+        assert killed._lock_fd is not None
+        os.close(killed._lock_fd)
+        killed._lock_fd = None
+        kubectl("delete", "pod", "web", "-n", ns, "--force", "--grace-period=0", check=False)
+        kubectl("delete", "namespace", ns, "--wait=false", check=False)
+        during = host_view(killed)
+        changed = [key for key in before if before[key] != during[key]]
+        for expected in ("processes", "mounts", "kubepods cgroups", "links", "iptables chains"):
+            assert expected in changed, f"a killed node should leave {expected} behind"
+        assert realnode.SNAPSHOT_FILE.exists()
+
+        cluster.start_real_node()
+        assert real_node(cluster).folder != killed.folder
+        saved = hoststate.SavedSnapshot.load(realnode.SNAPSHOT_FILE)
+        assert saved.state_dirs == [real_node(cluster).folder], "the new node's file, its own"
+        cluster.stop_real_node()
+        after = host_view(killed)
+        left = {key: (before[key], after[key]) for key in before if before[key] != after[key]}
+        assert not left, "left behind: " + json.dumps(left, indent=1, default=str)[:4000]
+        assert not killed.folder.exists()
+        assert not realnode.SNAPSHOT_FILE.exists()
+    finally:
+        killed.stop()  # when the test failed before the kill
+        kubectl("delete", "namespace", ns, "--wait=false", check=False)
         if getattr(cluster, "real_node", None) is None:
             cluster.start_real_node()
 
