@@ -190,12 +190,17 @@ class SavedSnapshot:
         value = json.loads(path.read_text())
         if not isinstance(value, dict):
             raise ValueError("not a JSON object")
+        # Everything under the folders is unmounted and every process naming the marker is
+        # killed: a folder too high up or a marker outside them would reach far beyond a node.
+        state_dirs = [Path(d) for d in _strings(value.get("state_dirs"), "state_dirs")]
+        if not state_dirs or any(not d.is_absolute() or len(d.parts) < 3 for d in state_dirs):
+            raise ValueError("state_dirs must be folders at least two levels below /")
         marker = value.get("marker")
-        if not isinstance(marker, str) or not marker:
-            raise ValueError("marker must be a non-empty string")
+        if not isinstance(marker, str) or not any(marker.startswith(f"{d}/") for d in state_dirs):
+            raise ValueError("marker must be a path inside one of state_dirs")
         return cls(
             snapshot=HostSnapshot.from_json(value.get("snapshot")),
-            state_dirs=[Path(d) for d in _strings(value.get("state_dirs"), "state_dirs")],
+            state_dirs=state_dirs,
             marker=marker,
         )
 

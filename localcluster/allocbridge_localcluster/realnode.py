@@ -114,7 +114,7 @@ class RealNode:
         dedicated: bool = False,
         name: str = NODE_NAME,
     ) -> None:
-        self.folder = folder
+        self.folder = folder.absolute()  # as the saved snapshot and the processes name it
         self.name = name
         self._bin = bin_dir
         self._image_cache = image_cache

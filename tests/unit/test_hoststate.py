@@ -24,9 +24,12 @@ SNAPSHOT = HostSnapshot(
 )
 
 
+NODE = "/tmp/pytest-of-root/pytest-1/killed0/node"
+
+
 def test_a_saved_snapshot_reads_back_equal(tmp_path: Path) -> None:
     path = tmp_path / "node.json"
-    saved = SavedSnapshot(SNAPSHOT, [tmp_path / "node"], "/tmp/x/containerd.sock")
+    saved = SavedSnapshot(SNAPSHOT, [Path(NODE)], f"{NODE}/containerd/containerd.sock")
     saved.save(path)
     assert SavedSnapshot.load(path) == saved
     assert not list(tmp_path.glob("*.tmp")), "the temporary file is renamed into place"
@@ -34,14 +37,24 @@ def test_a_saved_snapshot_reads_back_equal(tmp_path: Path) -> None:
 
 def test_the_file_holds_sorted_lists_and_tool_table_keys(tmp_path: Path) -> None:
     path = tmp_path / "node.json"
-    SavedSnapshot(SNAPSHOT, [tmp_path], "sock").save(path)
+    SavedSnapshot(SNAPSHOT, [Path(NODE)], f"{NODE}/sock").save(path)
     value = json.loads(path.read_text())
     assert value["snapshot"]["links"] == ["eth0", "lo"]
     assert value["snapshot"]["chains"] == {
         "ip6tables nat": [],
         "iptables filter": ["FORWARD", "INPUT"],
     }
-    assert value["state_dirs"] == [str(tmp_path)] and value["marker"] == "sock"
+    assert value["state_dirs"] == [NODE] and value["marker"] == f"{NODE}/sock"
+
+
+def saved_file(**changes: object) -> str:
+    """A good file's text with some fields changed."""
+    value: dict[str, object] = {
+        "snapshot": SNAPSHOT.to_json(),
+        "state_dirs": [NODE],
+        "marker": f"{NODE}/sock",
+    }
+    return json.dumps(value | changes)
 
 
 @pytest.mark.parametrize(
@@ -50,13 +63,16 @@ def test_the_file_holds_sorted_lists_and_tool_table_keys(tmp_path: Path) -> None
         ("", "Expecting value"),
         ('{"snapshot": {}, "state_dirs"', "Expecting"),
         ("[]", "not a JSON object"),
-        ('{"marker": "", "state_dirs": [], "snapshot": {}}', "marker"),
-        ('{"marker": "m", "state_dirs": [], "snapshot": {}}', "sysctls"),
-        (
-            json.dumps({"marker": "m", "state_dirs": "/tmp", "snapshot": SNAPSHOT.to_json()}),
-            "state_dirs",
-        ),
-        ('{"marker": "m", "state_dirs": [], "snapshot": {"sysctls": {"a": 1}}}', "sysctls"),
+        (saved_file(state_dirs="/tmp"), "state_dirs must be a list"),
+        (saved_file(state_dirs=[]), "state_dirs must be folders"),
+        (saved_file(state_dirs=["/"]), "state_dirs must be folders"),
+        (saved_file(state_dirs=["/tmp"]), "state_dirs must be folders"),
+        (saved_file(state_dirs=["tmp/a/b"]), "state_dirs must be folders"),
+        (saved_file(marker=""), "marker must be a path inside"),
+        (saved_file(marker="/"), "marker must be a path inside"),
+        (saved_file(marker=NODE), "marker must be a path inside"),
+        (saved_file(snapshot={}), "sysctls"),
+        (saved_file(snapshot={"sysctls": {"a": 1}}), "sysctls"),
     ],
 )
 def test_a_file_that_is_not_a_snapshot_is_a_value_error(
