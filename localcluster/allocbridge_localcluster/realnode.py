@@ -490,7 +490,9 @@ def undo_killed_run(path: Path) -> list[str]:
     try:
         saved = SavedSnapshot.load(path)
     except (OSError, ValueError) as err:
-        log.warning("ignoring %s, the snapshot of an earlier real node: %s", path, err)
+        log.warning(
+            "deleting %s, not a readable real node snapshot (%s); nothing undone", path, err
+        )
         path.unlink(missing_ok=True)
         return []
     killed = [p for d in saved.state_dirs for p in kill_marked_processes(f"--config={d}/")]
