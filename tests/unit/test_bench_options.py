@@ -20,7 +20,7 @@ def test_defaults_are_the_issues_scale() -> None:
         500,
     )
     assert options.reconcile_rounds == 3
-    assert (options.keystrokes, options.shell_sessions) == (1000, 10)
+    assert (options.keystrokes, options.shell_sessions) == (3000, 10)
     assert "interactive" in options.sections
     assert options.sections == frozenset(DEFAULT_SECTIONS)
     assert "writes" not in options.sections  # a diagnostic, run on request only
