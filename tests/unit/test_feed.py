@@ -13,8 +13,9 @@ import yaml
 from kubernetes_asyncio import client
 
 from allocbridge.cluster.watch import Changed, Listed, ObjectWatches
+from allocbridge.model.sharedspecs import SharedSpecs
 from allocbridge.store import AllocationStore
-from allocbridge.store.feed import RecentSpecs, StoreFeed, _keyed, render
+from allocbridge.store.feed import StoreFeed, _keyed, render
 
 EXAMPLES = Path(__file__).parents[2] / "examples"
 UID = "8c3d9a1f-0000-4000-8000-000000000001"
@@ -162,29 +163,32 @@ def with_image(uid: str, image: str) -> dict[str, Any]:
 
 
 def test_a_spec_is_parsed_once_per_content() -> None:
-    specs = RecentSpecs()
-    first = specs.usable(with_uid("a"))
+    specs = SharedSpecs()
+    first = specs.usable(with_uid("a")["spec"])
     assert first is not None
-    assert specs.usable(with_uid("a")) is first, "a status change parses nothing again"
-    assert specs.usable(with_uid("b")) is first, "nor another allocation of an equal spec"
-    changed = specs.usable(with_image("a", "busybox:1.37"))
+    assert specs.usable(with_uid("a")["spec"]) is first, "a status change parses nothing again"
+    assert specs.usable(with_uid("b")["spec"]) is first, "nor another allocation of an equal spec"
+    changed = specs.usable(with_image("a", "busybox:1.37")["spec"])
     assert changed is not None and changed is not first
     assert changed.tasks[0].config.image == "busybox:1.37"
 
 
 def test_only_the_most_recently_used_specs_are_kept() -> None:
-    specs = RecentSpecs(limit=2)
-    a, b = specs.usable(with_image("a", "a:1")), specs.usable(with_image("b", "b:1"))
-    assert specs.usable(with_image("a", "a:1")) is a  # a is now the most recent
-    specs.usable(with_image("c", "c:1"))  # and b, the oldest, goes
-    assert specs.usable(with_image("a", "a:1")) is a
-    assert specs.usable(with_image("b", "b:1")) is not b
+    specs = SharedSpecs(limit=2)
+    a, b = (
+        specs.usable(with_image("a", "a:1")["spec"]),
+        specs.usable(with_image("b", "b:1")["spec"]),
+    )
+    assert specs.usable(with_image("a", "a:1")["spec"]) is a  # a is now the most recent
+    specs.usable(with_image("c", "c:1")["spec"])  # and b, the oldest, goes
+    assert specs.usable(with_image("a", "a:1")["spec"]) is a
+    assert specs.usable(with_image("b", "b:1")["spec"]) is not b
 
 
 def test_an_invalid_spec_is_not_usable() -> None:
     broken = with_uid("x")
     broken["spec"]["tasks"] = []
-    assert RecentSpecs().usable(broken) is None
+    assert SharedSpecs().usable(broken["spec"]) is None
 
 
 async def test_allocations_of_one_spec_share_their_rendered_task_groups(

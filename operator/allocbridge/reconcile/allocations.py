@@ -45,13 +45,13 @@ from allocbridge.model.allocstatus import (
     RECREATE_POD,
 )
 from allocbridge.model.placement import KnownNode, node_fields
+from allocbridge.model.sharedspecs import SharedSpecs
 from allocbridge.model.spec import AllocationSpec
 from allocbridge.model.status import KubeEvent, derive, parse_time_ns, validation_failed
 from allocbridge.reconcile.kubeevents import kube_event
 from allocbridge.reconcile.observed import Observed, key_of
 from allocbridge.reconcile.queue import Key, WorkQueue
 from allocbridge.reconcile.schedules import follow_schedules
-from allocbridge.reconcile.specs import SharedSpecs
 from allocbridge.reconcile.writes import (
     DEFAULT_COALESCE,
     DEFAULT_START_HOLD,
@@ -335,7 +335,7 @@ class Reconciler:
     def _spec(self, alloc: Json) -> tuple[AllocationSpec | None, list[str]]:
         """The parsed and validated spec, once per object: the spec is immutable (the CRD
         refuses changes), and parsing it was a third of a pass's CPU; once per distinct spec,
-        too (see `specs`)."""
+        too (see `model.sharedspecs`)."""
         meta = alloc["metadata"]
         key = (meta["namespace"], meta["name"])
         version = (str(meta.get("uid", "")), meta.get("generation"))

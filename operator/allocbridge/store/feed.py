@@ -17,7 +17,6 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
-from collections import OrderedDict
 from collections.abc import AsyncIterator, Mapping
 from typing import Any
 
@@ -26,9 +25,9 @@ import orjson
 from allocbridge.cluster.watch import Changed, Listed, ObjectWatches
 from allocbridge.model import wire
 from allocbridge.model.pods import MANAGED_SELECTOR, owning_allocation
+from allocbridge.model.sharedspecs import SharedSpecs
 from allocbridge.model.spec import AllocationSpec
 from allocbridge.model.validation import parse_and_validate
-from allocbridge.store import encoding
 from allocbridge.store.allocation import StoredAllocation
 from allocbridge.store.memory import AllocationStore
 from allocbridge.store.relay import ALLOCATIONS, PODS, FeedRelay, stream_name
@@ -46,39 +45,14 @@ def usable_spec(obj: Mapping[str, Any]) -> AllocationSpec | None:
     return spec if not problems else None
 
 
-class RecentSpecs:
-    """The usable specs parsed last, by the spec's content: the status writes that follow an
-    allocation's start (several within seconds) and the allocations of one task group (their
-    specs are equal) do not parse and validate it again (a third of a render; 50,000 of them
-    at a replica's start).
-
-    The parse depends on nothing but the spec. Bounded: keeping all 10,000 specs of a large
-    store added 66 MB.
-    """
-
-    def __init__(self, limit: int = 512) -> None:
-        self.limit = limit
-        self._specs: OrderedDict[bytes, AllocationSpec | None] = OrderedDict()
-
-    def usable(self, obj: Mapping[str, Any]) -> AllocationSpec | None:
-        key = encoding.compact(obj.get("spec") or {})
-        if key in self._specs:
-            self._specs.move_to_end(key)
-            return self._specs[key]
-        spec = self._specs[key] = usable_spec(obj)
-        if len(self._specs) > self.limit:
-            self._specs.popitem(last=False)
-        return spec
-
-
 def render(
     obj: Mapping[str, Any],
     pod: Mapping[str, Any] | None,
-    specs: RecentSpecs | None = None,
+    specs: SharedSpecs | None = None,
     shared: SharedParts | None = None,
 ) -> StoredAllocation:
     """One Allocation object (and its pod) as the store keeps it."""
-    usable = usable_spec(obj) if specs is None else specs.usable(obj)
+    usable = usable_spec(obj) if specs is None else specs.usable(obj.get("spec") or {})
     rendered = wire.allocation(obj, usable, pod)
     return StoredAllocation.from_wire(
         rendered if shared is None else shared.share(rendered),
@@ -111,7 +85,7 @@ class StoreFeed:
         self._listed: set[str] = set()
         self._expected: set[str] = set()
         self._versions: dict[str, int] = {}  # by stream: the resourceVersion last read
-        self.specs = RecentSpecs()
+        self.specs = SharedSpecs()
         self.shared = SharedParts()
 
     async def run(self) -> None:

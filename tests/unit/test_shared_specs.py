@@ -1,11 +1,11 @@
-"""`reconcile.specs.SharedSpecs`: one parse per distinct spec, the same answer as a parse."""
+"""`model.sharedspecs.SharedSpecs`: one parse per distinct spec, the same answer as a parse."""
 
 from __future__ import annotations
 
 from typing import Any
 
+from allocbridge.model.sharedspecs import SharedSpecs
 from allocbridge.model.validation import parse_and_validate
-from allocbridge.reconcile.specs import SharedSpecs
 
 
 def spec(job: str = "web", image: str = "nginx:1.27") -> dict[str, Any]:
