@@ -484,19 +484,29 @@ class LocalCluster:
 
     def _start_real_node(self, pki: Pki) -> None:
         """The kubelet node of `realnode.py`, its files under `<state>/node`."""
-        node = RealNode(
-            self.state_dir / "node",
+        node = self.make_real_node(self.state_dir / "node", pki)
+        self.real_node = node
+        node.start(self._wait)
+
+    def make_real_node(self, folder: Path, pki: Pki | None = None) -> RealNode:
+        """A real node of this cluster with its files in `folder`, not started (`start` it
+        with `wait`) and not this cluster's `real_node`."""
+        return RealNode(
+            folder,
             bin_dir=self.binaries.kubectl.parent,
             image_cache=default_bin_dir().parent.parent / "images",
             server=self.server,
-            pki=pki,
+            pki=pki or Pki(self.state_dir / "pki"),
             admin_kubeconfig=self.kubeconfig,
             api=self.api,
             service_cidr=SERVICE_CIDR,
             dedicated=self._dedicated_real_node,
         )
-        self.real_node = node
-        node.start(self._wait)
+
+    def wait(self, check: Callable[[], bool], what: str) -> None:
+        """Wait until `check()` is true, failing fast when a component exits (API errors
+        and the like are a "not yet"): what a real node's `start` waits with."""
+        self._wait(check, what)
 
     def _audit_flags(self) -> list[str]:
         if not self._audit:

@@ -13,7 +13,6 @@ import json
 import os
 import signal
 import urllib.request
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -24,11 +23,7 @@ from running_operator import (
 )
 
 from allocbridge_localcluster import hoststate, realnode
-from allocbridge_localcluster.binaries import default_bin_dir
-from allocbridge_localcluster.cluster import SERVICE_CIDR
 from allocbridge_localcluster.kubectl import eventually
-from allocbridge_localcluster.pki import Pki
-from allocbridge_localcluster.restclient import ApiError
 
 pytestmark = pytest.mark.cluster
 
@@ -172,19 +167,6 @@ def test_stopping_the_node_leaves_nothing_behind(cluster: Any, kubectl: Any) -> 
             cluster.start_real_node()
 
 
-def wait_for(check: Callable[[], bool], what: str) -> None:
-    """A node's waiter as the cluster's is: an API error (its Node not registered yet) is a
-    not yet."""
-
-    def checked() -> bool:
-        try:
-            return check()
-        except ApiError:
-            return False
-
-    eventually(checked, timeout=120, what=what)
-
-
 def test_a_killed_runs_node_is_undone_by_the_next_start_in_another_folder(
     cluster: Any, kubectl: Any, tmp_path_factory: pytest.TempPathFactory
 ) -> None:
@@ -192,25 +174,14 @@ def test_a_killed_runs_node_is_undone_by_the_next_start_in_another_folder(
     give it work, and kill it as a SIGKILL of its run would (its components die, the shims
     stay, `stop()` never runs, its lock is released); the machine now differs. Then the
     session's node starts in its own, other folder and stops: the machine is as before."""
-    session = real_node(cluster)
+    real_node(cluster)  # the session has one: this test needs a real node
     cluster.stop_real_node()
-    killed = realnode.RealNode(
-        tmp_path_factory.mktemp("killed") / "node",
-        bin_dir=cluster.binaries.kubectl.parent,
-        image_cache=default_bin_dir().parent.parent / "images",
-        server=cluster.server,
-        pki=Pki(cluster.state_dir / "pki"),
-        admin_kubeconfig=cluster.kubeconfig,
-        api=cluster.api,
-        service_cidr=SERVICE_CIDR,
-        dedicated=True,
-        name=session.name,
-    )
+    killed = cluster.make_real_node(tmp_path_factory.mktemp("killed") / "node")
     ns = f"killed-{killed.name}"
     try:
         before = host_view(killed)
         assert not realnode.SNAPSHOT_FILE.exists(), "a stopped node removes its snapshot"
-        killed.start(wait_for)
+        killed.start(cluster.wait)
         give_work(kubectl, ns)
         for process in killed.processes:
             os.kill(process.pid, signal.SIGKILL)
