@@ -208,6 +208,22 @@ class SavedSnapshot:
         return self.snapshot.undo(state_dirs=self.state_dirs, marker=self.marker)
 
 
+def summary(changes: list[str], shown: int = 10) -> str:
+    """`changes` (what `undo` returns) counted by kind, with the first `shown` of them: a killed
+    run's leftovers run to a few hundred lines (one per iptables rule), too many for a warning."""
+    kinds: dict[str, int] = {}
+    for change in changes:
+        words = change.split()
+        kind = words[0] if words else "?"
+        if kind in ("iptables", "ip6tables"):
+            kind += " chain" if "chain" in words[3:4] else " rule"
+        kinds[kind] = kinds.get(kind, 0) + 1
+    counted = ", ".join(f"{kind}: {count}" for kind, count in kinds.items())
+    lines = "".join(f"\n  {change}" for change in changes[:shown])
+    more = f"\n  ... and {len(changes) - shown} more" if len(changes) > shown else ""
+    return f"{len(changes)} ({counted}){lines}{more}" if changes else "none"
+
+
 def _tables_to_json(tables: dict[tuple[str, str], set[str]]) -> dict[str, list[str]]:
     return {f"{tool} {table}": sorted(lines) for (tool, table), lines in sorted(tables.items())}
 

@@ -36,6 +36,7 @@ from .hoststate import (
     kill_marked_processes,
     mounts,
     remove_kubepods_cgroups,
+    summary,
     unmount_under,
 )
 from .images import LOCAL_IMAGES, PAUSE, build_image
@@ -502,11 +503,11 @@ def undo_killed_run(path: Path) -> list[str]:
     for folder in saved.state_dirs:
         _remove_unmounted(folder)
     log.warning(
-        "a real node (%s) ended without stopping; undid %d host changes it left:%s",
+        "a real node (%s) ended without stopping; undid the host changes it left: %s",
         ", ".join(str(d) for d in saved.state_dirs),
-        len(undone),
-        "".join(f"\n  {change}" for change in undone) or " none",
+        summary(undone),
     )
+    log.debug("every change undone:%s", "".join(f"\n  {change}" for change in undone))
     path.unlink(missing_ok=True)
     return undone
 

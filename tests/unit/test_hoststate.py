@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from allocbridge_localcluster.hoststate import HostSnapshot, SavedSnapshot
+from allocbridge_localcluster.hoststate import HostSnapshot, SavedSnapshot, summary
 from allocbridge_localcluster.realnode import undo_killed_run
 
 SNAPSHOT = HostSnapshot(
@@ -113,3 +113,23 @@ def test_a_start_drops_a_corrupt_snapshot_file_with_a_warning_naming_it(
 
 def test_without_a_file_a_start_has_nothing_to_undo(tmp_path: Path) -> None:
     assert undo_killed_run(tmp_path / "absent.json") == []
+
+
+def test_the_warning_counts_changes_by_kind_and_shows_only_the_first() -> None:
+    changes = [
+        "process 41 in /tmp/x/node",
+        "mount /tmp/x/node/pods",
+        *[f"iptables -t nat -A KUBE-SVC-{i} -j KUBE-SEP-{i}" for i in range(12)],
+        "iptables -t nat chain KUBE-SERVICES",
+        "ip6tables -t filter chain KUBE-FIREWALL",
+        "link abnode0",
+    ]
+    text = summary(changes, shown=3)
+    assert text.startswith(
+        "17 (process: 1, mount: 1, iptables rule: 12, iptables chain: 1, ip6tables chain: 1,"
+        " link: 1)"
+    )
+    assert text.count("\n  ") == 4  # three changes and the line saying how many more
+    assert "\n  mount /tmp/x/node/pods" in text
+    assert text.endswith("... and 14 more")
+    assert summary([]) == "none"
