@@ -25,12 +25,6 @@ verdicts per token and decisions per (token, capability, namespace), keyed by a 
 token so the maps never hold secrets. A token's verdict lives no longer than the token itself
 (its JWT `exp`, when it has one). When a token stops authenticating, every decision cached for
 it is dropped. Identical reviews in flight at the same time are made once.
-
-One exception, for speed: the hash itself is remembered by token (`granted_digests`, as many
-tokens as verdicts, each for at most `ttl` seconds from when it was put), for tokens the caches
-just granted a request. Hashing a 1 KB token cost a single read about 4 µs of its ~70 on a
-serving process; the map holds a token the process has just been sent and will be sent again,
-no longer than a verdict lives, and never one that was denied or did not authenticate.
 """
 
 from __future__ import annotations
@@ -254,9 +248,6 @@ class KubernetesAuthorizer:
             self._ready.set()
         self._inflight: dict[Hashable, asyncio.Future[Any]] = {}
         self._universe: tuple[float, tuple[str, ...]] | None = None
-        self.granted_digests: TtlCache[str, TokenKey] = TtlCache(
-            self.cache.verdicts.max_entries, self.cache.ttl, clock=self.cache.verdicts.clock
-        )
 
     def connect(self, credentials: Credentials) -> None:
         """Start reviewing with the process's credentials (call on the API's event loop)."""
@@ -307,22 +298,15 @@ class KubernetesAuthorizer:
         The path of nearly every request, taken without a coroutine; anything else (a miss, a
         denial, no token) goes the whole way, which reviews, caches and explains.
         """
-        token = caller.token
-        if not token:
+        if not caller.token:
             return False
-        digest = self.granted_digests.get(token)
-        remembered = digest is not None
-        if digest is None:
-            digest = caller.digest
+        digest = caller.digest
         verdict = self.cache.verdict(digest)
-        granted = (
+        return (
             verdict is not None
             and verdict.user is not None
             and self.cache.decision(digest, capability, namespace) is True
         )
-        if granted and not remembered:
-            self.granted_digests.put(token, digest)
-        return granted
 
     async def _allowed_namespaces(
         self, caller: Caller, capability: Capability, candidates: Iterable[str]
