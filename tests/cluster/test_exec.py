@@ -27,6 +27,7 @@ from typing import Any
 import aiohttp
 import pytest
 import yaml
+from kubernetes_asyncio.client import VersionApi
 from running_operator import (
     Operator,
     http,
@@ -791,6 +792,88 @@ async def _echo_and_exit(
     out = b"".join(e.data for e in events if isinstance(e, Output) and e.channel == 1)
     err = b"".join(e.data for e in events if isinstance(e, Output) and e.channel == 2)
     return out, err, events[-1]
+
+
+def _reached_by_another_address(kubeconfig: Path, copy: Path, server_name: str | None) -> Path:
+    """A copy of the kubeconfig that reaches the API server at 127.0.0.2 (loopback, and the
+    API server listens on every address while a real node runs, but no name on its
+    certificate), with `server_name` as its clusters' `tls-server-name` when given."""
+    document = yaml.safe_load(kubeconfig.read_text())
+    for entry in document["clusters"]:
+        port = urllib.parse.urlsplit(entry["cluster"]["server"]).port
+        entry["cluster"]["server"] = f"https://127.0.0.2:{port}"
+        if server_name:
+            entry["cluster"]["tls-server-name"] = server_name
+    copy.write_text(yaml.safe_dump(document))
+    return copy
+
+
+async def _api_version(credentials: Credentials) -> str:
+    """The API server's version through the kubernetes_asyncio client these credentials make."""
+    async with credentials.api_client() as api:
+        version = await VersionApi(api).get_code()
+    return str(version.git_version)
+
+
+def _version_through_kopfs_login(credentials: Credentials) -> int:
+    """GET /version on a session built as Kopf builds its own from our login (the login's TLS
+    context and headers), on the operator's loop inside `uvloop_tls()` as on the Kopf thread."""
+    login = credentials.kopf_connection()
+
+    async def get() -> int:
+        connector = aiohttp.TCPConnector(ssl=login.as_ssl_context())
+        async with (
+            aiohttp.ClientSession(connector=connector, headers=login.as_http_headers()) as s,
+            s.get(f"{login.server}/version") as response,
+        ):
+            return response.status
+
+    with eventloop.uvloop_tls(), asyncio.Runner(loop_factory=eventloop.new_event_loop) as runner:
+        return runner.run(get())
+
+
+async def test_the_kubeconfigs_tls_server_name_is_the_name_the_certificate_must_have(
+    alloc: Alloc, kubeconfig: Path, cluster: Any, tmp_path: Path
+) -> None:
+    """A cluster reached at an address its certificate does not name, with `tls-server-name`
+    naming one it does: the operator's clients (kubernetes_asyncio, Kopf's login, the exec
+    link) check the certificate against that name; without it they refuse the server."""
+    if not getattr(cluster, "is_local", True):
+        pytest.skip("needs the local control plane's address and certificate names")
+    unnamed = _reached_by_another_address(kubeconfig, tmp_path / "a", None)
+    without = await load_credentials(KubernetesSettings(kubeconfig=str(unnamed)))
+    with pytest.raises(aiohttp.ClientConnectorCertificateError):
+        await _api_version(without)
+    with pytest.raises(aiohttp.ClientConnectorCertificateError):
+        await asyncio.to_thread(_version_through_kopfs_login, without)
+
+    by_name = _reached_by_another_address(kubeconfig, tmp_path / "b", "localhost")
+    named = await load_credentials(KubernetesSettings(kubeconfig=str(by_name)))
+    assert named.tls_server_name == "localhost"
+    assert (await _api_version(named)).startswith("v1.")
+    assert await asyncio.to_thread(_version_through_kopfs_login, named) == 200
+    assert await _echo_and_exit(alloc, named, b"named", 5) == (b"named\n", b"e\n", Exited(5))
+
+
+async def test_a_replica_whose_kubeconfig_names_the_server_serves_and_execs(
+    alloc: Alloc, cluster: Any, kubectl: Any, tmp_path: Path, client: aiohttp.ClientSession
+) -> None:
+    """The whole process with such a kubeconfig (its ServiceAccount's): it syncs, serves the
+    allocation, runs a command in it, and Kopf's side logs no certificate failure."""
+    if not getattr(cluster, "is_local", True):
+        pytest.skip("needs the local control plane's address and certificate names")
+    token_kubeconfig = service_account_kubeconfig(kubectl, cluster.kubeconfig, tmp_path / "sa")
+    named = _reached_by_another_address(token_kubeconfig, tmp_path / "named", "localhost")
+    replica = Operator(tmp_path, named, namespaces=(alloc.namespace,)).start()
+    try:
+        eventually(lambda: http(f"{replica.api}/v1/allocation/{alloc.id}")[0] == 200, what="sync")
+        url = exec_url(replica, alloc.id, command=["sh", "-c", "echo named-$((6 * 7))"])
+        outcome = await run(client, url)
+        assert (bytes(outcome.stdout), outcome.exit_code) == (b"named-42\n", 0)
+    finally:
+        replica.stop()
+    log = replica.log.read_text(errors="replace")
+    assert "CERTIFICATE_VERIFY_FAILED" not in log and "certificate verify failed" not in log
 
 
 async def test_ten_mebibytes_through_a_proxy_on_the_operators_loop(

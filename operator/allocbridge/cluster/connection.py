@@ -7,8 +7,10 @@ our own calls and a `kopf.ConnectionInfo` for Kopf's login.
 
 from __future__ import annotations
 
+import dataclasses
 import datetime
 import os
+import ssl
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -36,6 +38,7 @@ class Credentials:
     token: str | None = None
     token_file: str | None = None  # in a pod: the ServiceAccount token, which the kubelet rotates
     proxy: str | None = None  # the kubeconfig's `proxy-url`
+    tls_server_name: str | None = None  # the kubeconfig's: the name the certificate must have
 
     def current_token(self) -> str | None:
         """The token to send now: re-read from `token_file` each time, so rotation is seen."""
@@ -54,6 +57,7 @@ class Credentials:
         cfg.key_file = self.private_key_path
         if self.proxy:
             cfg.proxy = self.proxy
+        cfg.tls_server_name = self.tls_server_name
         token = self.current_token()
         if token:
             cfg.api_key = {"BearerToken": token}
@@ -80,11 +84,12 @@ class Credentials:
     def kopf_connection(self) -> kopf.ConnectionInfo:
         """Kopf's login; with a rotating token it expires so that Kopf logs in again. Its
         session takes the same proxy as the operator's other clients: the kubeconfig's, else
-        the environment's (Kopf reads the environment only when told to)."""
+        the environment's (Kopf reads the environment only when told to), and checks the
+        server as the kubeconfig's `tls-server-name` when it has one."""
         expiration = None
         if self.token_file:
             expiration = datetime.datetime.now(datetime.UTC) + TOKEN_RELOAD
-        return kopf.ConnectionInfo(
+        login = kopf.ConnectionInfo(
             server=self.server,
             ca_path=self.ca_path,
             insecure=self.insecure,
@@ -95,6 +100,54 @@ class Credentials:
             proxy_url=self.proxy,
             trust_env=_environment_names_a_proxy(),
         )
+        if self.tls_server_name:
+            fields = {f.name: getattr(login, f.name) for f in dataclasses.fields(login)}
+            return _KopfConnectionNamingServer(tls_server_name=self.tls_server_name, **fields)
+        return login
+
+
+class ServerNameContext(ssl.SSLContext):
+    """A client TLS context that checks the server's certificate against `server_name` (and
+    sends it as SNI) whatever address the connection was opened to: a kubeconfig's
+    `tls-server-name`. aiohttp's callers can pass such a name per request; Kopf cannot, it
+    only takes a context, so the name goes into the context. Event loops wrap their TLS
+    connections through `wrap_bio` (asyncio's and uvloop's TLS layers alike)."""
+
+    server_name: str | None = None
+
+    def wrap_bio(
+        self,
+        incoming: ssl.MemoryBIO,
+        outgoing: ssl.MemoryBIO,
+        server_side: bool = False,
+        server_hostname: str | bytes | None = None,
+        session: ssl.SSLSession | None = None,
+    ) -> ssl.SSLObject:
+        return super().wrap_bio(
+            incoming, outgoing, server_side, self.server_name or server_hostname, session
+        )
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class _KopfConnectionNamingServer(kopf.ConnectionInfo):
+    """Kopf's login for a kubeconfig with `tls-server-name`: the same fields, and a context
+    that checks the server as that name (Kopf's own context checks the URL's host)."""
+
+    tls_server_name: str
+
+    def as_ssl_context(self) -> ssl.SSLContext:
+        context = ServerNameContext(ssl.PROTOCOL_TLS_CLIENT)
+        context.server_name = self.tls_server_name
+        if self.ca_path:
+            context.load_verify_locations(cafile=self.ca_path)
+        else:
+            context.load_default_certs()
+        if self.certificate_path and self.private_key_path:
+            context.load_cert_chain(self.certificate_path, self.private_key_path)
+        if self.insecure:
+            context.check_hostname = False
+            context.verify_mode = ssl.CERT_NONE
+        return context
 
 
 TOKEN_RELOAD = datetime.timedelta(minutes=5)  # how long Kopf keeps a rotating token
@@ -161,4 +214,5 @@ async def load_credentials(settings: KubernetesSettings) -> Credentials:
         token=token,
         token_file=token_file,
         proxy=cfg.proxy or None,
+        tls_server_name=cfg.tls_server_name or None,
     )
