@@ -22,10 +22,10 @@ The relay is callbacks, not tasks (`_Client`): the endpoint writes the 101 itsel
 request's connection protocol hands every later byte to its parser (`model.websocket`), which
 writes what a frame asks for (stdin, a resize, a stdin close) straight to the Kubernetes stream;
 the stream hands its output to `_Client.on_output`, which writes it straight to the client's
-transport. A keystroke and its echo thus cost no task switch (docs/benchmarks.md, interactive
-exec), and take shortcuts: a lone small frame skips the parser's `Message`, the compact stdin
-frame is sliced instead of decoded (`keystroke_stdin`), an echo is one encoded frame. Frames
-that come before the stream is open are kept and sent once it is. Flow control:
+transport. A keystroke and its echo thus cost no task switch (docs/benchmarks/issue-36.md,
+"Interactive exec"), and take shortcuts: a lone small frame skips the parser's `Message`, the
+compact stdin frame is sliced instead of decoded (`keystroke_stdin`), an echo is one encoded
+frame. Frames that come before the stream is open are kept and sent once it is. Flow control:
 above `HIGH_WATER` bytes waiting for the client the stream is not read until they are below
 `LOW_WATER`, and the client is not read while that much waits for the API server. A frame that
 breaks the protocol closes with 1002, one over `MAX_CLIENT_FRAME` with 1009.

@@ -2,10 +2,10 @@
 
 Why: aiohttp answers each request with a task of its own, a `Request`, a route lookup, a
 `Response` and a stream writer; on Python 3.11 that machinery is about 47 µs of CPU where the
-read itself is a few (docs/benchmarks.md, "Single reads"). A request the shortcut can answer is
-answered from the connection's `data_received`, right after aiohttp's own parser has read it,
-with the bytes aiohttp would have sent (the same status line and headers in the same order,
-`Date` and `Server` from aiohttp's helpers), counted in the same metrics series.
+read itself is a few (docs/benchmarks/issue-36.md, "Single reads"). A request the shortcut can
+answer is answered from the connection's `data_received`, right after aiohttp's own parser has
+read it, with the bytes aiohttp would have sent (the same status line and headers in the same
+order, `Date` and `Server` from aiohttp's helpers), counted in the same metrics series.
 
 What it answers; anything else goes aiohttp's way, unchanged, errors included:
 

@@ -4,7 +4,7 @@ The exec endpoint relays each keystroke and each echo between two WebSockets (th
 client's and the API server's exec stream). It parses frames where the bytes arrive (a
 protocol's `data_received`) and writes the answer straight to the other connection, instead
 of aiohttp's reader queues, a task per direction and an await per message, which cost a
-fifth of the operator's CPU per keystroke (docs/benchmarks.md, interactive exec).
+fifth of the operator's CPU per keystroke (docs/benchmarks/issue-36.md, "Interactive exec").
 
 No extension is negotiated, so reserved bits are protocol errors. A server reads masked
 frames and writes unmasked ones; a client the other way round (section 5.1: a frame masked
