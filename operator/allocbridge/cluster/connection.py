@@ -19,6 +19,7 @@ from kubernetes_asyncio import client, config
 from kubernetes_asyncio.config import ConfigException
 from kubernetes_asyncio.config.incluster_config import SERVICE_TOKEN_FILENAME
 
+from allocbridge.cluster.plugintokens import PluginTokens
 from allocbridge.config import KubernetesSettings
 
 #: The settings a kubernetes_asyncio client is built from (server, TLS, token): code above
@@ -39,9 +40,13 @@ class Credentials:
     token_file: str | None = None  # in a pod: the ServiceAccount token, which the kubelet rotates
     proxy: str | None = None  # the kubeconfig's `proxy-url`
     tls_server_name: str | None = None  # the kubeconfig's: the name the certificate must have
+    plugin_tokens: PluginTokens | None = None  # the kubeconfig's exec plugin's, renewed
 
     def current_token(self) -> str | None:
-        """The token to send now: re-read from `token_file` each time, so rotation is seen."""
+        """The token to send now: re-read from `token_file` each time, so rotation is seen, or
+        the exec plugin's latest."""
+        if self.plugin_tokens is not None:
+            return self.plugin_tokens.token
         if self.token_file:
             try:
                 return Path(self.token_file).read_text().strip() or self.token
@@ -62,7 +67,7 @@ class Credentials:
         if token:
             cfg.api_key = {"BearerToken": token}
             cfg.api_key_prefix = {"BearerToken": "Bearer"}
-        if self.token_file:
+        if self.token_file or self.plugin_tokens is not None:
             cfg.refresh_api_key_hook = self._refresh
         return cfg
 
@@ -89,6 +94,9 @@ class Credentials:
         expiration = None
         if self.token_file:
             expiration = datetime.datetime.now(datetime.UTC) + TOKEN_RELOAD
+        if self.plugin_tokens is not None:
+            reload = datetime.datetime.now(datetime.UTC) + TOKEN_RELOAD
+            expiration = min(reload, self.plugin_tokens.expiry)
         login = kopf.ConnectionInfo(
             server=self.server,
             ca_path=self.ca_path,
@@ -186,14 +194,16 @@ async def load_credentials(settings: KubernetesSettings) -> Credentials:
     token_file: str | None = None
     kubeconfig = settings.kubeconfig or os.environ.get("KUBECONFIG")
     default = Path.home() / ".kube" / "config"
+    plugin_tokens = None
     try:
         if kubeconfig or default.exists():
-            await config.load_kube_config(
+            loader = await config.load_kube_config(
                 config_file=kubeconfig or str(default),
                 context=settings.context,
                 client_configuration=cfg,
                 persist_config=False,
             )
+            plugin_tokens = PluginTokens.of(loader)
         else:
             config.load_incluster_config(client_configuration=cfg)  # type: ignore[no-untyped-call]
             token_file = SERVICE_TOKEN_FILENAME
@@ -215,4 +225,5 @@ async def load_credentials(settings: KubernetesSettings) -> Credentials:
         token_file=token_file,
         proxy=cfg.proxy or None,
         tls_server_name=cfg.tls_server_name or None,
+        plugin_tokens=plugin_tokens,
     )

@@ -1,7 +1,8 @@
 """Watches the connection to the Kubernetes API and reports it as Boundary's upstream state.
 
 It never gives up: credentials are (re)loaded and the API server probed with back-off until it
-answers, so the process keeps its listeners up while Kubernetes is away.
+answers, so the process keeps its listeners up while Kubernetes is away. It also runs the
+renewal of a kubeconfig exec plugin's token (`plugintokens`) for as long as it runs.
 """
 
 from __future__ import annotations
@@ -48,6 +49,7 @@ class UpstreamMonitor:
     async def run(self) -> None:
         failures = 0
         api: client.ApiClient | None = None
+        renewal: asyncio.Task[None] | None = None
         try:
             while True:
                 if self.lifecycle.upstream is not Upstream.READY:
@@ -55,6 +57,10 @@ class UpstreamMonitor:
                 try:
                     if self.credentials is None:
                         self.credentials = await load_credentials(self.settings)
+                        if self.credentials.plugin_tokens is not None:
+                            renewal = asyncio.create_task(
+                                self.credentials.plugin_tokens.keep_fresh(), name="token-renewal"
+                            )
                         if self.on_credentials:
                             self.on_credentials(self.credentials)
                     if api is None:
@@ -76,5 +82,7 @@ class UpstreamMonitor:
                 await asyncio.sleep(self.interval)
         finally:
             self.report(Upstream.SHUTDOWN)
+            if renewal is not None:
+                renewal.cancel()
             if api is not None:
                 await api.close()
