@@ -19,7 +19,7 @@ from kubernetes_asyncio import client, config
 from kubernetes_asyncio.config import ConfigException
 from kubernetes_asyncio.config.incluster_config import SERVICE_TOKEN_FILENAME
 
-from allocbridge.cluster.plugintokens import PluginTokens
+from allocbridge.cluster.plugintokens import PluginTokens, bare_token
 from allocbridge.config import KubernetesSettings
 
 #: The settings a kubernetes_asyncio client is built from (server, TLS, token): code above
@@ -92,11 +92,10 @@ class Credentials:
         the environment's (Kopf reads the environment only when told to), and checks the
         server as the kubeconfig's `tls-server-name` when it has one."""
         expiration = None
-        if self.token_file:
+        if self.token_file or self.plugin_tokens is not None:
             expiration = datetime.datetime.now(datetime.UTC) + TOKEN_RELOAD
-        if self.plugin_tokens is not None:
-            reload = datetime.datetime.now(datetime.UTC) + TOKEN_RELOAD
-            expiration = min(reload, self.plugin_tokens.expiry)
+            if self.plugin_tokens is not None:  # and no later than the plugin's token ends
+                expiration = min(expiration, self.plugin_tokens.expiry)
         login = kopf.ConnectionInfo(
             server=self.server,
             ca_path=self.ca_path,
@@ -211,10 +210,8 @@ async def load_credentials(settings: KubernetesSettings) -> Credentials:
         raise CredentialsError(f"cannot load Kubernetes credentials: {exc}") from exc
     if not cfg.host:
         raise CredentialsError("the kubeconfig names no API server")
-    token = None
     authorization = cfg.api_key.get("authorization") or cfg.api_key.get("BearerToken")
-    if authorization:
-        token = authorization.removeprefix("Bearer ").strip()
+    token = bare_token(authorization) if authorization else None
     return Credentials(
         server=cfg.host,
         ca_path=cfg.ssl_ca_cert,

@@ -34,9 +34,8 @@ class PluginTokens:
 
     def __init__(self, loader: Any) -> None:
         self._loader = loader
-        self.token = _bare(loader.token)
+        self.token = bare_token(loader.token)
         self.expiry: datetime.datetime = loader.exec_plugin_expiry
-        self.runs = 1
 
     @classmethod
     def of(cls, loader: Any) -> PluginTokens | None:
@@ -72,13 +71,13 @@ class PluginTokens:
                 )
                 continue
             failures = 0
-            self.runs += 1
-            self.token = _bare(self._loader.token)
+            self.token = bare_token(self._loader.token)
             self.expiry = expiry
             log.info("renewed the exec plugin's token", extra={"expires": expiry.isoformat()})
 
 
-def _bare(authorization: str) -> str:
+def bare_token(authorization: str) -> str:
+    """The token of an `Authorization` value (`Bearer <token>`), as kubernetes_asyncio keeps it."""
     return authorization.removeprefix("Bearer ").strip()
 
 
