@@ -16,7 +16,10 @@ store sections' standby replica once they are done, so it starts at `--allocatio
    Without Go, the counting aiohttp client is the goal's;
 2. `--scale-allocations` minus those created the same way (status included), the replica's
    store growing through its watch; its RSS then, and kube-apiserver's;
-3. the same lists' p50 at 50,000: goal at most 5x the 10,000 figure (Go's client);
+3. the same lists' p50 at 50,000: goal at most 5x the 10,000 figure (Go's client); beside it,
+   without a goal, the machine's floor: a minimal server's prepared body of each list's size,
+   timed by the same client (`benchmarks/floor.py`), the growth the CPU's caches allow any
+   server;
 4. a restart: time from the process's spawn until `/health` says it serves from a synced store
    (the initial list of every allocation), beside one raw kubernetes_asyncio list of the same
    50,000 objects from the API server (what that initial list must at least wait for); then its
@@ -33,7 +36,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Final
 
-from benchmarks import golang, listing
+from benchmarks import floor, golang, listing
 from benchmarks.harness import Bench, BenchError, Json, OperatorProcess, log, rss
 from benchmarks.population import populate, wait_listed
 from benchmarks.table import Latencies, Row, below, mb, within
@@ -62,6 +65,8 @@ class Figures:
     go_small: Series | None = None  # Go's net/http, the goal's client when Go is there
     go_large: Series | None = None
     go_restarted: Series | None = None  # the same at the large size, after the restart
+    floor_small: Series | None = None  # a minimal server's prepared body of each size
+    floor_large: Series | None = None
     whole_small: Series | None = None  # aiohttp's read() of the whole body
     whole_large: Series | None = None
     empty_rss: int = 0
@@ -102,8 +107,16 @@ async def measure(
     await wait_listed(bench, replica.api, figures.large, patience=READY_PATIENCE)
     figures.live = (replica.rss(), rss(apiserver_pid))
     log(f"scale: list p50 at {figures.large:,}")
-    if binary is not None:
+    if binary is not None and figures.go_small is not None:
         figures.go_large = await go_list(binary, bench, replica, options)
+        log("scale: the machine's floor, a prepared body of each list's size")
+        figures.floor_small, figures.floor_large = await floor.measure(
+            binary,
+            small=figures.go_small.body_bytes,
+            large=figures.go_large.body_bytes,
+            samples=options.samples,
+            budget=options.series_budget,
+        )
     figures.list_large = await latency_series(
         counted_list(bench, replica), samples=options.samples, budget=options.series_budget
     )
@@ -212,6 +225,19 @@ def rows(f: Figures) -> list[Row]:
         if f.go_restarted is not None:  # the store built by one list, not grown by the watch
             restarted = list_row(f, f.go_small, f.go_restarted, "Go net/http", goal=False)
             result.append(replace(restarted, name=f"list all {large}: p50 after the restart"))
+    if f.floor_small is not None and f.floor_large is not None:
+        result.append(
+            Row(
+                SECTION,
+                f"the machine's floor: a prepared body of the {large} list's size",
+                f.floor_large.latencies.ms(50),
+                "ms",
+                f"the same at the {small} list's size",
+                f.floor_small.latencies.ms(50),
+                note="no goal: one sendall of a contiguous body by a minimal server, the same "
+                "Go client (benchmarks/floor.py); the growth the machine's caches allow any server",
+            )
+        )
     if f.whole_small is not None and f.whole_large is not None:
         result.append(
             Row(
