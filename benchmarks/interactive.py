@@ -24,6 +24,9 @@ machine without a tty of their own.
   - a Python client straight to the API server's `pods/exec` (allocbridge's own
     `PodExecutor`, in this process, with kubectl's admin credentials): the same kind of
     client as the row above without the operator's hop, so the two tell the hop's share.
+  - the peer's `kubectl exec -it` through a bare TCP forwarder (`goclients forward`, a Go
+    process copying bytes both ways untouched, TLS passing through to the API server): what
+    one more process on the path costs a keystroke on this machine, the least any relay adds.
 
 Figures (rows `keystroke echo` p50 and p99, `session setup`; goal at most 1.2x kubectl each):
 
@@ -59,7 +62,7 @@ import termios
 import time
 import tty
 import urllib.parse
-from collections.abc import Sequence
+from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Final, Protocol
@@ -412,13 +415,34 @@ async def direct_executor(bench: Bench) -> PodExecutor:
 # --- the measurement --------------------------------------------------------------------------
 
 
-#: The sides of a round: allocbridge through the Nomad SDK on a terminal, its peer, and the two
-#: diagnostic ones (no goal): allocbridge through aiohttp's client in this process, and the same
-#: kind of client straight to the API server.
+#: The sides of a round: allocbridge through the Nomad SDK on a terminal, its peer, and the
+#: diagnostic ones (no goal): allocbridge through aiohttp's client in this process, the same kind
+#: of client straight to the API server, and the peer through a bare forwarder.
 ALLOCBRIDGE: Final = "allocbridge"
 KUBECTL: Final = "kubectl"
 PYTHON: Final = "python"
 DIRECT: Final = "direct"
+FORWARDED: Final = "forwarded"
+
+
+@contextlib.asynccontextmanager
+async def forwarder(binary: Path, server: str) -> AsyncIterator[str]:
+    """`goclients forward` to the API server `server` (an https URL) for as long as the block
+    runs: yields the same URL on the forwarder's port (the API server's certificate names
+    127.0.0.1, whatever the port)."""
+    upstream = urllib.parse.urlsplit(server)
+    process = await asyncio.create_subprocess_exec(
+        str(binary), "forward", "-to", upstream.netloc, stdout=asyncio.subprocess.PIPE
+    )
+    try:
+        assert process.stdout is not None
+        line = await asyncio.wait_for(process.stdout.readline(), PATIENCE)
+        if not line.strip().isdigit():
+            raise BenchError("goclients forward did not start")
+        yield f"https://{upstream.hostname}:{int(line)}"
+    finally:
+        process.kill()
+        await process.wait()
 
 
 def nomad_shell_argv(
@@ -439,6 +463,16 @@ def nomad_shell_argv(
         "-command",
         json.dumps(list(SHELL)),
     ]
+
+
+@dataclass(frozen=True)
+class Clients:
+    """What the sides' sessions are opened with: the direct side's executor, the Go clients'
+    binary, and the forwarder's URL for kubectl."""
+
+    executor: PodExecutor
+    binary: Path
+    forwarded: str
 
 
 @dataclass
@@ -469,24 +503,24 @@ async def open_session(
     replica: OperatorProcess,
     target: Target,
     side: str,
-    *,
-    executor: PodExecutor,
-    binary: Path,
+    clients: Clients,
 ) -> tuple[Session, float]:
     """A session of `side` with its banner and prompt read, and its setup seconds."""
     session: Session
     began = time.perf_counter()
     if side == ALLOCBRIDGE:
-        argv = nomad_shell_argv(binary, bench, replica, target)
+        argv = nomad_shell_argv(clients.binary, bench, replica, target)
         session = TerminalSession.spawn(argv, bench.folder / "nomad-exec-t.stderr", "goclients")
-    elif side == KUBECTL:
-        argv = bench.kubectl_argv("exec", "-it", "-n", target.namespace, target.pod)
+    elif side in (KUBECTL, FORWARDED):
+        server = [f"--server={clients.forwarded}"] if side == FORWARDED else []
+        argv = bench.kubectl_argv(*server, "exec", "-it", "-n", target.namespace, target.pod)
         argv += ["-c", TASK, "--", *SHELL]
-        session = TerminalSession.spawn(argv, bench.folder / "kubectl-exec-it.stderr", "kubectl")
+        stderr = bench.folder / f"kubectl-exec-it-{side}.stderr"
+        session = TerminalSession.spawn(argv, stderr, "kubectl")
     elif side == PYTHON:
         session = await NomadSession.open(bench.http, replica, target.alloc_id)
     else:
-        session = await DirectSession.open(executor, target)
+        session = await DirectSession.open(clients.executor, target)
     try:
         try:
             await wait_first_byte(session)
@@ -510,8 +544,7 @@ async def one_round(
     order: Sequence[str],
     keys: int,
     *,
-    executor: PodExecutor,
-    binary: Path,
+    clients: Clients,
 ) -> dict[str, tuple[float, list[float]]]:
     """One session per side, opened one at a time in `order`, then `keys` keystrokes each
     (after `KEY_WARMUP`) taking turns across the sessions; per side its setup seconds and its
@@ -520,9 +553,7 @@ async def one_round(
         sessions: dict[str, Session] = {}
         setups: dict[str, float] = {}
         for side in order:
-            session, setups[side] = await open_session(
-                bench, replica, target, side, executor=executor, binary=binary
-            )
+            session, setups[side] = await open_session(bench, replica, target, side, clients)
             open_sessions.push_async_callback(session.close)
             sessions[side] = session
         times: dict[str, list[float]] = {side: [] for side in order}
@@ -567,24 +598,19 @@ async def measure(
     binary = await golang.build()
     if binary is None:
         raise BenchError("interactive exec times the Nomad Go SDK's shell: no Go on PATH")
-    sides = {ALLOCBRIDGE: Side(), KUBECTL: Side(), PYTHON: Side(), DIRECT: Side()}
+    sides = {side: Side() for side in (ALLOCBRIDGE, KUBECTL, PYTHON, DIRECT, FORWARDED)}
     log(f"interactive exec: a warm-up round, then {sessions} rounds of a session per side")
     executor = await direct_executor(bench)
     try:
-        await one_round(bench, replica, target, list(sides), 1, executor=executor, binary=binary)
-        for round_ in range(sessions):
-            found = await one_round(
-                bench,
-                replica,
-                target,
-                turn_order(list(sides), round_),
-                per_session,
-                executor=executor,
-                binary=binary,
-            )
-            for side, (setup, times) in found.items():
-                sides[side].setups.append(setup)
-                sides[side].keys += times
+        async with forwarder(binary, bench.cluster.server) as forwarded:
+            clients = Clients(executor, binary, forwarded)
+            await one_round(bench, replica, target, list(sides), 1, clients=clients)
+            for round_ in range(sessions):
+                order = turn_order(list(sides), round_)
+                found = await one_round(bench, replica, target, order, per_session, clients=clients)
+                for side, (setup, times) in found.items():
+                    sides[side].setups.append(setup)
+                    sides[side].keys += times
     finally:
         await executor.close()
     return rows(
@@ -594,6 +620,7 @@ async def measure(
         per_session,
         direct=sides[DIRECT],
         python=sides[PYTHON],
+        forwarded=sides[FORWARDED],
     )
 
 
@@ -605,10 +632,12 @@ def rows(
     *,
     direct: Side | None = None,
     python: Side | None = None,
+    forwarded: Side | None = None,
 ) -> list[Row]:
-    """The section's rows from the sides' samples (in seconds). `python` and `direct`, when
-    measured, give the diagnostic rows (no goal) of the two clients in the bench's process:
-    aiohttp's on allocbridge's endpoint, `PodExecutor` straight to the API server."""
+    """The section's rows from the sides' samples (in seconds). `python`, `direct` and
+    `forwarded`, when measured, give the diagnostic rows (no goal): the two clients in the
+    bench's process, aiohttp's on allocbridge's endpoint and `PodExecutor` straight to the API
+    server, and kubectl through a bare forwarder."""
     kubectl = f"kubectl exec -it, same pod, same API server ({BUSYBOX} sh, tty)"
     count = f"{len(ours.keys)} keystrokes per side ({per_session} per session after {KEY_WARMUP}"
     count += f" warm-up, {sessions} sessions)"
@@ -643,8 +672,25 @@ def rows(
                 percentile(peer.keys, 50) * 1000,
                 note=(
                     f"no goal; {what}, no client process or terminal "
-                    f"(p99 {percentile(side.keys, 99) * 1000:.2f} ms); {len(side.keys)} "
+                    f"(p99 {_ms(side.keys, 99)} ms); {len(side.keys)} "
                     "keystrokes in the same rounds"
+                ),
+            )
+        )
+    if forwarded is not None and forwarded.keys:
+        result.append(
+            Row(
+                SECTION,
+                "keystroke echo round trip, p50: kubectl through a bare TCP forwarder",
+                percentile(forwarded.keys, 50) * 1000,
+                "ms",
+                kubectl,
+                percentile(peer.keys, 50) * 1000,
+                note=(
+                    "no goal; the peer on a terminal as it is, with one Go process copying its "
+                    "bytes untouched (goclients forward, TLS passing through): what one more "
+                    f"process on the path costs here (p99 {_ms(forwarded.keys, 99)} ms); "
+                    f"{len(forwarded.keys)} keystrokes in the same rounds"
                 ),
             )
         )
@@ -665,6 +711,10 @@ def rows(
         )
     )
     return result
+
+
+def _ms(seconds: Sequence[float], q: float) -> str:
+    return f"{percentile(seconds, q) * 1000:.2f}"
 
 
 def _range(seconds: Sequence[float]) -> str:

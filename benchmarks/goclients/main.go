@@ -4,9 +4,11 @@
 //	goclients exec -addr URL -token T -alloc ID -task main -bytes N -runs 3
 //	goclients load -url URL [-token T | -ca F -cert F -key F] -clients 4 -seconds 5
 //	goclients shell -addr URL -token T -alloc ID -task main -command '["sh"]'
+//	goclients forward -to HOST:PORT
 //
 // Each prints one JSON object on stdout (see walk.go, exec.go and load.go for its shape), but
-// shell, whose stdin and stdout are a terminal's (shell.go).
+// shell, whose stdin and stdout are a terminal's (shell.go), and forward, which prints the port
+// it listens on and runs until killed (forward.go).
 package main
 
 import (
@@ -19,7 +21,7 @@ import (
 
 func main() {
 	if len(os.Args) < 2 {
-		fail(fmt.Errorf("usage: goclients walk|exec|load|shell [flags]"))
+		fail(fmt.Errorf("usage: goclients walk|exec|load|shell|forward [flags]"))
 	}
 	var out any
 	var err error
@@ -32,8 +34,10 @@ func main() {
 		out, err = runLoad(os.Args[2:])
 	case "shell":
 		err = runShell(os.Args[2:])
+	case "forward":
+		err = runForward(os.Args[2:])
 	default:
-		err = fmt.Errorf("unknown command %q: want walk, exec, load or shell", os.Args[1])
+		err = fmt.Errorf("unknown command %q: want walk, exec, load, shell or forward", os.Args[1])
 	}
 	if err != nil {
 		fail(err)

@@ -164,6 +164,25 @@ def test_the_python_client_row_has_no_goal_and_comes_before_the_direct_one() -> 
     assert len(found) == 5
 
 
+def test_the_forwarded_kubectl_row_has_no_goal_and_comes_just_before_setup() -> None:
+    ours = Side(setups=[0.05], keys=[0.0012] * 10)
+    peer = Side(setups=[0.09], keys=[0.0010] * 10)
+    direct = Side(setups=[0.04], keys=[0.0009] * 10)
+    forwarded = Side(setups=[0.10], keys=[0.0011] * 10)
+    found = rows(ours, peer, sessions=1, per_session=10, direct=direct, forwarded=forwarded)
+    names = [row.name for row in found]
+    name = "keystroke echo round trip, p50: kubectl through a bare TCP forwarder"
+    assert names.index(name) == names.index("session setup to the first output byte, median") - 1
+    assert names.index(name) > names.index(
+        "keystroke echo round trip, p50: a Python client straight to the API server"
+    )
+    row = found[names.index(name)]
+    assert row.ratio == pytest.approx(1.1)
+    assert row.goals == ()
+    assert row.result == ""
+    assert "10 keystrokes" in row.note
+
+
 def _session(argv: list[str], tmp_path: Path) -> TerminalSession:
     return TerminalSession.spawn(argv, tmp_path / "stderr", "test client")
 
