@@ -1,10 +1,12 @@
 #!/usr/bin/env bash
 # Installs the Debian packages the local cluster's real node runs with (runc, the CNI plugins,
 # iptables, iproute2) and makes sure apt can download the packages its images are assembled
-# from (busybox-static, tini). Does nothing when all is there; without root or apt it says what
-# is missing and exits 0, and `make dev` then falls back to kwok's fake node.
+# from (busybox-static, tini). busybox-static is installed on the machine too: the unit test of
+# the leftover-process scan runs it under BusyBox's sh, the shell of the node's busybox images.
+# Does nothing when all is there; without root or apt it says what is missing and exits 0, and
+# `make dev` then falls back to kwok's fake node.
 set -euo pipefail
-packages=(runc containernetworking-plugins iptables iproute2)
+packages=(runc containernetworking-plugins iptables iproute2 busybox-static)
 missing=()
 for package in "${packages[@]}"; do
   dpkg-query -W -f='${Status}' "$package" 2>/dev/null | grep -q 'install ok installed' || missing+=("$package")
