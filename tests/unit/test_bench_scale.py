@@ -61,7 +61,7 @@ def test_scale_goals_bind_memory_and_the_lists_growth() -> None:
     assert rows["time to first ready after a restart, 50,000 allocations"].ratio == 4.0
 
 
-def test_with_go_the_go_clients_list_binds_the_goal_and_aiohttps_is_shown() -> None:
+def test_with_go_the_go_clients_list_binds_the_goal_and_the_others_are_shown() -> None:
     figures = scale.Figures(
         small=10_000,
         large=50_000,
@@ -70,6 +70,8 @@ def test_with_go_the_go_clients_list_binds_the_goal_and_aiohttps_is_shown() -> N
         go_small=series(10.0),
         go_large=series(45.0),
         go_restarted=series(40.0),
+        floor_small=series(2.0),
+        floor_large=series(11.0),
         empty_rss=100_000_000,
         live=(800_000_000, 5_000_000_000),
         fresh=(700_000_000, 5_000_000_000),
@@ -82,3 +84,5 @@ def test_with_go_the_go_clients_list_binds_the_goal_and_aiohttps_is_shown() -> N
     assert shown.ratio == 8.0 and shown.result == ""
     restarted = rows["list all 50,000: p50 after the restart"]
     assert restarted.ratio == 4.0 and restarted.result == ""
+    floor = rows["the machine's floor: a prepared body of the 50,000 list's size"]
+    assert floor.ratio == 5.5 and floor.result == ""  # shown beside the goal, without one
