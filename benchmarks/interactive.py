@@ -441,7 +441,8 @@ async def forwarder(binary: Path, server: str) -> AsyncIterator[str]:
             raise BenchError("goclients forward did not start")
         yield f"https://{upstream.hostname}:{int(line)}"
     finally:
-        process.kill()
+        with contextlib.suppress(ProcessLookupError):  # it may have ended on its own
+            process.kill()
         await process.wait()
 
 

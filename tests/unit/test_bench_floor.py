@@ -8,12 +8,15 @@ import http.client
 import subprocess
 import sys
 
+from benchmarks.harness import REPO
+
 
 def test_the_floor_server_sends_each_body_whole_on_one_connection() -> None:
     server = subprocess.Popen(
         [sys.executable, "-m", "benchmarks.floor", "10", "300000"],
         stdout=subprocess.PIPE,
         text=True,
+        cwd=REPO,
     )
     try:
         assert server.stdout is not None

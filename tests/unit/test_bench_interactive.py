@@ -19,6 +19,7 @@ from benchmarks.interactive import (
     Side,
     TerminalSession,
     counted,
+    forwarder,
     keys_per_session,
     parse_server_frame,
     rows,
@@ -229,3 +230,9 @@ def test_sides_take_turns_in_flipping_order() -> None:
     assert turn_order(sides, 2) == sides
     assert turn_order(sides, 3) == sides[::-1]
     assert sides == ["allocbridge", "kubectl", "python", "direct"]  # not reversed in place
+
+
+async def test_a_forwarder_that_does_not_start_is_named_not_hidden_by_its_cleanup() -> None:
+    with pytest.raises(BenchError, match="goclients forward did not start"):
+        async with forwarder(Path("/bin/false"), "https://127.0.0.1:6443"):
+            pass

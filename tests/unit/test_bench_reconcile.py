@@ -23,15 +23,16 @@ def _round(seconds: float, bench_cpu: float, operator_cpu: float = 0.0) -> Round
 
 def test_time_and_cpu_are_each_a_ratio_of_medians_with_the_same_goal() -> None:
     ours = [_round(12, 20, 1.0), _round(30, 21, 2.0), _round(11, 40, 1.5)]
-    peers = [_round(10, 14), _round(8, 15), _round(9, 10)]
+    peers = [_round(10, 14, 0.5), _round(8, 15), _round(9, 10)]
     time, cpu, without_operator, per_allocation = reconcile.rows(500, ours, peers)
 
     assert time.value == 12 and time.peer_value == 9 and time.result == "met"
     assert cpu.value == 21 and cpu.peer_value == 14 and cpu.result == "met"  # 1.5x
     assert cpu.unit == "CPU-s" and "round ratios" in cpu.note
 
-    # Round by round (19, 19, 38.5), then the median: not the medians' difference (21 - 1.5).
-    assert without_operator.value == 19 and without_operator.peer_value == 14
+    # Round by round (19, 19, 38.5; the peer's 13.5, 15, 10), then the median: not the
+    # medians' difference (21 - 1.5).
+    assert without_operator.value == 19 and without_operator.peer_value == 13.5
     assert without_operator.goals == () and without_operator.result == ""
 
     assert per_allocation.value == 1.5 / 500 * 1000 and per_allocation.unit == "ms"
