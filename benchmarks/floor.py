@@ -16,15 +16,12 @@ Run as `python -m benchmarks.floor SMALL LARGE`: it prints its port, then serves
 
 from __future__ import annotations
 
-import asyncio
-import contextlib
 import socket
 import sys
 from pathlib import Path
 from typing import Final
 
 from benchmarks import golang
-from benchmarks.harness import REPO, BenchError
 from benchmarks.table import Latencies
 from benchmarks.timing import Series
 
@@ -70,43 +67,20 @@ async def measure(
     `goclients load` client (as the scale section times its lists), `samples` requests a side
     in all: the machine's speed moves between runs, so each size gets a share of every moment."""
     shares = [samples // rounds + (1 if run < samples % rounds else 0) for run in range(rounds)]
-    server = await asyncio.create_subprocess_exec(
-        sys.executable,
-        "-m",
-        "benchmarks.floor",
-        str(small),
-        str(large),
-        stdout=asyncio.subprocess.PIPE,
-        cwd=REPO,
-    )
-    try:
-        assert server.stdout is not None
-        line = await asyncio.wait_for(server.stdout.readline(), START_PATIENCE)
-        if not line.strip().isdigit():
-            raise BenchError("the floor server did not start")
-        base = f"http://127.0.0.1:{int(line)}"
-        times: dict[str, list[float]] = {"small": [], "large": []}
-        sizes = {"small": 0, "large": 0}
+    argv = [sys.executable, "-m", "benchmarks.floor", str(small), str(large)]
+    times: dict[str, list[float]] = {"small": [], "large": []}
+    sizes = {"small": 0, "large": 0}
+    async with golang.listening(argv, "the floor server", START_PATIENCE) as port:
         for share in shares:
             for name in times:
-                result = await golang.run(
+                series = await golang.one_client_series(
                     binary,
-                    "load",
-                    "-url",
-                    f"{base}/{name}",
-                    "-clients",
-                    "1",
-                    "-requests",
-                    str(max(1, share)),
-                    "-seconds",
-                    str(budget / rounds),
+                    f"http://127.0.0.1:{port}/{name}",
+                    requests=max(1, share),
+                    seconds=budget / rounds,
                 )
-                times[name] += result["latencies"]
-                sizes[name] = int(result["bytes"])
-    finally:
-        with contextlib.suppress(ProcessLookupError):  # it may have ended on its own
-            server.kill()
-        await server.wait()
+                times[name] += series.latencies.samples
+                sizes[name] = series.body_bytes
     return (
         Series(Latencies.of(times["small"]), sizes["small"]),
         Series(Latencies.of(times["large"]), sizes["large"]),

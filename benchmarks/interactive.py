@@ -431,19 +431,9 @@ async def forwarder(binary: Path, server: str) -> AsyncIterator[str]:
     runs: yields the same URL on the forwarder's port (the API server's certificate names
     127.0.0.1, whatever the port)."""
     upstream = urllib.parse.urlsplit(server)
-    process = await asyncio.create_subprocess_exec(
-        str(binary), "forward", "-to", upstream.netloc, stdout=asyncio.subprocess.PIPE
-    )
-    try:
-        assert process.stdout is not None
-        line = await asyncio.wait_for(process.stdout.readline(), PATIENCE)
-        if not line.strip().isdigit():
-            raise BenchError("goclients forward did not start")
-        yield f"https://{upstream.hostname}:{int(line)}"
-    finally:
-        with contextlib.suppress(ProcessLookupError):  # it may have ended on its own
-            process.kill()
-        await process.wait()
+    argv = [str(binary), "forward", "-to", upstream.netloc]
+    async with golang.listening(argv, "goclients forward", PATIENCE) as port:
+        yield f"https://{upstream.hostname}:{port}"
 
 
 def nomad_shell_argv(

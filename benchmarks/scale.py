@@ -18,8 +18,7 @@ store sections' standby replica once they are done, so it starts at `--allocatio
    store growing through its watch; its RSS then, and kube-apiserver's;
 3. the same lists' p50 at 50,000: goal at most 5x the 10,000 figure (Go's client); beside it,
    without a goal, the machine's floor: a minimal server's prepared body of each list's size,
-   timed by the same client (`benchmarks/floor.py`), the growth the CPU's caches allow any
-   server;
+   timed by the same client (`benchmarks/floor.py`): the growth of moving the bytes alone;
 4. a restart: time from the process's spawn until `/health` says it serves from a synced store
    (the initial list of every allocation), beside one raw kubernetes_asyncio list of the same
    50,000 objects from the API server (what that initial list must at least wait for); then its
@@ -39,7 +38,7 @@ from typing import Final
 from benchmarks import floor, golang, listing
 from benchmarks.harness import Bench, BenchError, Json, OperatorProcess, log, rss
 from benchmarks.population import populate, wait_listed
-from benchmarks.table import Latencies, Row, below, mb, within
+from benchmarks.table import Row, below, mb, within
 from benchmarks.timing import Fetch, Series, latency_series
 
 SECTION: Final = "Scale"
@@ -152,21 +151,13 @@ async def go_list(
 ) -> Series:
     """The listing section's request, `--samples` times in a row by one Go client, each body
     read as it arrives and discarded."""
-    result = await golang.run(
+    return await golang.one_client_series(
         binary,
-        "load",
-        "-url",
         replica.api + LIST_TARGET,
-        "-token",
-        bench.client_token,
-        "-clients",
-        "1",
-        "-requests",
-        str(options.samples),
-        "-seconds",
-        str(options.series_budget),
+        requests=options.samples,
+        seconds=options.series_budget,
+        token=bench.client_token,
     )
-    return Series(Latencies.of(result["latencies"]), int(result["bytes"]))
 
 
 def counted_list(bench: Bench, replica: OperatorProcess) -> Fetch:
@@ -235,7 +226,7 @@ def rows(f: Figures) -> list[Row]:
                 f"the same at the {small} list's size",
                 f.floor_small.latencies.ms(50),
                 note="no goal: one sendall of a contiguous body by a minimal server, the same "
-                "Go client (benchmarks/floor.py); the growth the machine's caches allow any server",
+                "Go client (benchmarks/floor.py); the growth of moving the bytes alone",
             )
         )
     if f.whole_small is not None and f.whole_large is not None:
