@@ -1,14 +1,18 @@
-"""The interactive exec section's pure parts: Nomad's frames as the bench writes and reads them,
-the echo it waits for, the warm-up it drops, and the rows it judges against kubectl."""
+"""The interactive exec section's parts: Nomad's frames as the bench writes and reads them,
+the echo it waits for, the warm-up it drops, the rows it judges against kubectl, and its
+terminal sessions and forwarder as real processes."""
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import json
 import sys
+import urllib.parse
 from pathlib import Path
 
 import pytest
+from benchmarks import golang
 from benchmarks.harness import BenchError
 from benchmarks.interactive import (
     COLUMNS,
@@ -236,3 +240,32 @@ async def test_a_forwarder_that_does_not_start_is_named_not_hidden_by_its_cleanu
     with pytest.raises(BenchError, match="goclients forward did not start"):
         async with forwarder(Path("/bin/false"), "https://127.0.0.1:6443"):
             pass
+
+
+async def test_the_forwarder_copies_bytes_both_ways_untouched() -> None:
+    """kubectl's forwarded side is only fair if the forwarder adds a process and nothing else."""
+    binary = await golang.build()
+    assert binary is not None, "the bench's Go clients need Go on PATH, as make bench does"
+
+    async def echo(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        while data := await reader.read(65536):
+            writer.write(data)
+            await writer.drain()
+        writer.close()
+
+    upstream = await asyncio.start_server(echo, "127.0.0.1", 0)
+    port = upstream.sockets[0].getsockname()[1]
+    try:
+        async with forwarder(binary, f"https://127.0.0.1:{port}") as url:
+            forwarded = urllib.parse.urlsplit(url)
+            assert forwarded.hostname == "127.0.0.1" and forwarded.port != port
+            reader, writer = await asyncio.open_connection("127.0.0.1", forwarded.port)
+            payload = bytes(range(256)) * 64
+            writer.write(payload)
+            await writer.drain()
+            assert await reader.readexactly(len(payload)) == payload
+            writer.close()
+            await writer.wait_closed()
+    finally:
+        upstream.close()
+        await upstream.wait_closed()
